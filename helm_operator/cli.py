@@ -1,0 +1,178 @@
+"""The ``helm-operator`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from helm_operator.devcluster import ClusterError, DevCluster, reap_orphans
+from helm_operator.tools import Toolchain, ToolsMissing
+from helm_operator.watches import WatchesError, load_watches
+
+EXIT_CONFIG = 2
+
+
+def _helm_executable(explicit: str | None) -> str:
+    """--helm, else $HELM_OPERATOR_HELM / the bootstrap-built helm, else `helm` on PATH."""
+    if explicit:
+        return explicit
+    built = Toolchain.discover().helm
+    return str(built) if built.is_file() else "helm"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    import kopf
+    from kubernetes import client, config
+
+    from helm_operator.controller import configure, register
+    from helm_operator.helm import Helm, HelmSettings
+    from helm_operator.reconciler import Runtime
+
+    try:
+        watches = load_watches(args.watches_file)
+    except WatchesError as exc:
+        print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    namespaces = [
+        n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
+    ]
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+        config.load_kube_config(config_file=kubeconfig)
+    else:
+        config.load_incluster_config()
+    helm = Helm(
+        HelmSettings(
+            executable=_helm_executable(args.helm),
+            kubeconfig=Path(kubeconfig) if kubeconfig else None,
+            max_processes=args.max_helm_processes,
+        )
+    )
+    runtime = Runtime(helm=helm, core=client.CoreV1Api())
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings)
+
+    @kopf.on.cleanup(registry=registry)
+    def _cleanup(**_: Any) -> None:
+        runtime.draining = True
+
+    for watch in watches:
+        register(watch, runtime, registry)
+        logging.info("watching %s (%s) -> chart %s", watch.kind, watch.api_version, watch.chart.ref)
+    logging.info(
+        "helm %s at %s; namespaces: %s",
+        helm.version(),
+        helm.settings.executable,
+        ", ".join(namespaces) or "all",
+    )
+    kopf.run(registry=registry, clusterwide=not namespaces, namespaces=namespaces, standalone=True)
+    return 0
+
+
+def _wait_for_signal() -> None:
+    """Block until Ctrl-C or SIGTERM."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+def cmd_dev_up(args: argparse.Namespace) -> int:
+    with DevCluster(args.name, nodes=args.nodes) as cluster:
+        print(f"cluster {cluster.name} is ready")
+        print(f"  export KUBECONFIG={cluster.kubeconfig}")
+        print(cluster.kubectl("get", "nodes").stdout)
+        print("Ctrl-C stops it and removes everything it started.")
+        sys.stdout.flush()
+        _wait_for_signal()
+    return 0
+
+
+def cmd_dev_demo(args: argparse.Namespace) -> int:
+    with DevCluster(args.name, nodes=args.nodes) as cluster:
+        print(f"cluster {cluster.name} is ready (kubeconfig {cluster.kubeconfig})")
+        print("readyz:", cluster.kubectl("get", "--raw", "/readyz").stdout.strip())
+        print(cluster.kubectl("version").stdout)
+        print(cluster.kubectl("get", "nodes", "-o", "wide").stdout)
+        print(cluster.kubectl("get", "pods", "-A").stdout or "(no pods)")
+        if args.keep:
+            print(f"export KUBECONFIG={cluster.kubeconfig}\nCtrl-C stops the cluster.")
+            sys.stdout.flush()
+            _wait_for_signal()
+    return 0
+
+
+def cmd_dev_reap(args: argparse.Namespace) -> int:
+    for name in reap_orphans():
+        print(f"removed orphaned cluster {name}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="helm-operator", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator for the kinds in a watches file")
+    run.add_argument("--watches-file", default="watches.yaml")
+    run.add_argument(
+        "--namespace",
+        action="append",
+        help="namespace(s) to watch (repeat or comma-separate; default $WATCH_NAMESPACE or all)",
+    )
+    run.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
+    run.add_argument("--helm", default=None, help="helm executable (default: the bootstrap-built helm v4)")
+    run.add_argument("--max-helm-processes", type=int, default=4)
+    run.set_defaults(func=cmd_run)
+
+    dev = sub.add_parser("dev", help="a local control plane built from source (KWOK nodes)")
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
+    for name, func, help_ in (
+        ("up", cmd_dev_up, "start a cluster and keep it running until Ctrl-C"),
+        ("demo", cmd_dev_demo, "start a cluster, show it working, stop it"),
+    ):
+        p = dev_sub.add_parser(name, help=help_)
+        p.add_argument("--name", default=None, help="cluster name (default: generated)")
+        p.add_argument("--nodes", type=int, default=2, help="fake KWOK nodes")
+        p.set_defaults(func=func)
+        if name == "demo":
+            p.add_argument("--keep", action="store_true", help="keep the cluster running until Ctrl-C")
+    reap = dev_sub.add_parser("reap", help="remove clusters whose owning process died")
+    reap.set_defaults(func=cmd_dev_reap)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        rc: int = args.func(args)
+    except (ToolsMissing, ClusterError) as exc:
+        print(f"helm-operator: {exc}", file=sys.stderr)
+        return 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""A real local Kubernetes control plane for tests and the demo.
+
+kube-apiserver (RBAC + admission on), etcd, kube-controller-manager, kube-scheduler and a KWOK
+controller that plays the kubelet for fake Nodes, all started by ``kwokctl --runtime binary``
+from the binaries ``tools/bootstrap`` built. Each cluster gets its own name, random ports and
+kubeconfig under ``~/.cache/helm-operator/clusters/<name>``.
+
+Nothing is left behind: ``stop()`` deletes the cluster and kills any process still running from
+its directory, and every ``start()`` first reaps clusters whose owning process has died (a test
+run killed with SIGKILL cannot clean up after itself, the next one does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from helm_operator.tools import Toolchain
+
+log = logging.getLogger(__name__)
+
+OWNER_FILE = "owner.pid"
+
+
+class ClusterError(RuntimeError):
+    """The local control plane could not be started; the message says why."""
+
+
+def clusters_dir() -> Path:
+    return Path(os.environ.get("HELM_OPERATOR_CLUSTERS", Path.home() / ".cache/helm-operator/clusters"))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pids_referencing(path: Path) -> list[int]:
+    """Processes whose command line mentions ``path``: what kwokctl started for one cluster."""
+    needle = str(path).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _kill_all(pids: list[int], grace: float = 5.0) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class DevCluster:
+    """One local cluster. Use as a context manager, or call ``start()`` / ``stop()``."""
+
+    def __init__(self, name: str | None = None, *, nodes: int = 2, tools: Toolchain | None = None) -> None:
+        self.name = name or f"ho-{os.getpid()}-{secrets.token_hex(2)}"
+        self.nodes = nodes
+        self.tools = tools or Toolchain.discover()
+        self.root = clusters_dir() / self.name
+        self.kubeconfig = self.root / "kubeconfig"
+        self.owned = True
+
+    @classmethod
+    def attach(cls, kubeconfig: str | Path, tools: Toolchain | None = None) -> DevCluster:
+        """Use a cluster someone else runs (e.g. ``helm-operator dev up``); ``stop()`` leaves it alone."""
+        cluster = cls("attached", nodes=0, tools=tools)
+        cluster.kubeconfig = Path(kubeconfig).resolve()
+        cluster.owned = False
+        return cluster
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, timeout: float = 180.0) -> DevCluster:
+        self.tools.require(
+            "kube_apiserver",
+            "kube_controller_manager",
+            "kube_scheduler",
+            "kubectl",
+            "etcd",
+            "kwok",
+            "kwokctl",
+        )
+        reap_orphans()
+        if self.root.exists():
+            raise ClusterError(f"cluster directory {self.root} already exists; is '{self.name}' running?")
+        self.root.mkdir(parents=True)
+        (self.root / OWNER_FILE).write_text(str(os.getpid()))
+        started = time.monotonic()
+        try:
+            self._kwokctl(
+                "create",
+                "cluster",
+                "--runtime",
+                "binary",
+                "--kube-apiserver-binary",
+                str(self.tools.kube_apiserver),
+                "--kube-controller-manager-binary",
+                str(self.tools.kube_controller_manager),
+                "--kube-scheduler-binary",
+                str(self.tools.kube_scheduler),
+                "--kwok-controller-binary",
+                str(self.tools.kwok),
+                "--etcd-binary",
+                str(self.tools.etcd),
+                "--kube-authorization",
+                "--kube-admission",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--quiet-pull",
+                "--wait",
+                f"{int(timeout)}s",
+                timeout=timeout + 30,
+            )
+            if self.nodes:
+                self._kwokctl("scale", "node", "--replicas", str(self.nodes), timeout=60)
+            self._wait_ready(deadline=started + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        log.info(
+            "cluster %s ready in %.1fs (kubeconfig %s)",
+            self.name,
+            time.monotonic() - started,
+            self.kubeconfig,
+        )
+        return self
+
+    def stop(self) -> None:
+        """Delete the cluster; kill whatever survived; remove its directory. Safe to call twice."""
+        if not self.owned or not self.root.exists():
+            return
+        with contextlib.suppress(Exception):
+            self._kwokctl("delete", "cluster", timeout=60, check=False)
+        _kill_all(_pids_referencing(self.root))
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> DevCluster:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- helpers -----------------------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for tools pointed at this cluster (kubectl, helm)."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 60, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.tools.kubectl), *args],
+            env=self.env,
+            text=True,
+            capture_output=True,
+            check=check,
+            timeout=timeout,
+            input=input,
+        )
+
+    def _kwokctl(self, *args: str, timeout: float, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "KWOK_WORKDIR": str(self.root / "kwok"),
+            "KWOK_KUBE_VERSION": self.tools.kube_version,
+            "KWOK_KUBECTL_BINARY": str(self.tools.kubectl),
+        }
+        cmd = [str(self.tools.kwokctl), "--name", self.name, *args]
+        proc = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise ClusterError(
+                f"`kwokctl {' '.join(args[:2])}` failed (exit {proc.returncode}):\n"
+                f"{proc.stderr.strip()[-4000:]}"
+            )
+        return proc
+
+    def _wait_ready(self, deadline: float) -> None:
+        """The API answers /readyz and the fake Nodes report Ready."""
+        last = ""
+        while time.monotonic() < deadline:
+            ready = self.kubectl("get", "--raw", "/readyz", check=False)
+            if ready.returncode == 0 and ready.stdout.strip() == "ok":
+                nodes = self.kubectl("get", "nodes", "-o", "json", check=False)
+                if nodes.returncode == 0:
+                    items = json.loads(nodes.stdout)["items"]
+                    n_ready = sum(
+                        1
+                        for n in items
+                        for c in n["status"].get("conditions", [])
+                        if c["type"] == "Ready" and c["status"] == "True"
+                    )
+                    if n_ready >= self.nodes:
+                        return
+                    last = f"{n_ready}/{self.nodes} nodes Ready"
+                else:
+                    last = nodes.stderr.strip()
+            else:
+                last = (ready.stderr or ready.stdout).strip()
+            time.sleep(0.5)
+        raise ClusterError(f"cluster {self.name} not ready in time: {last}")
+
+
+def reap_orphans() -> list[str]:
+    """Stop clusters whose owning process is gone; return their names."""
+    reaped: list[str] = []
+    base = clusters_dir()
+    if not base.is_dir():
+        return reaped
+    for root in base.iterdir():
+        owner = root / OWNER_FILE
+        try:
+            pid = int(owner.read_text())
+        except (OSError, ValueError):
+            pid = 0
+        if pid and _pid_alive(pid):
+            continue
+        DevCluster(root.name, nodes=0).stop()
+        reaped.append(root.name)
+    return reaped

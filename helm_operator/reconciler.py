@@ -1,0 +1,211 @@
+"""One reconcile of one CR: values → state → action → outcome.
+
+Framework-free (no kopf here): the controller calls ``reconcile`` and ``finalize`` with the CR's
+fields and turns the returned ``Outcome`` into status, Events and retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from helm_operator.helm import Helm, HelmError, mask
+from helm_operator.release import actions
+from helm_operator.release.actions import Target
+from helm_operator.release.state import (
+    Action,
+    Attempts,
+    ReleaseState,
+    RetryPolicy,
+    determine_state,
+    owner_id,
+    plan,
+    release_name,
+)
+from helm_operator.status import Outcome, attempts_from_status
+from helm_operator.values import ChartInfo, load_chart, user_values, validate
+from helm_operator.values import digest as values_digest
+from helm_operator.values import merge as merge_values
+from helm_operator.watches import Watch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Shared adapters and the concurrency limits of one operator process."""
+
+    helm: Helm
+    core: client.CoreV1Api
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    draining: bool = False
+    _charts: dict[str, tuple[float, ChartInfo]] = field(default_factory=dict)
+
+    def chart(self, watch: Watch) -> ChartInfo:
+        """Chart metadata, cached until a file of the chart changes."""
+        path = watch.chart.path
+        assert path is not None
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        stamp = max((p.stat().st_mtime for p in files), default=0.0) + len(files)
+        cached = self._charts.get(str(path))
+        if cached and cached[0] == stamp:
+            return cached[1]
+        info = load_chart(watch.chart)
+        self._charts[str(path)] = (stamp, info)
+        return info
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    retry_after: float | None = None  # seconds; None: nothing to retry
+    events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message)
+
+
+def target_for(watch: Watch, namespace: str | None, name: str) -> tuple[str, str, str]:
+    """(release name, release namespace, owner id) of a CR."""
+    rel_ns = watch.release_namespace if watch.scope == "Cluster" or not namespace else namespace
+    assert rel_ns is not None
+    return release_name(name), rel_ns, owner_id(watch.group, watch.kind, namespace or "", name)
+
+
+async def reconcile(
+    rt: Runtime,
+    watch: Watch,
+    namespace: str | None,
+    name: str,
+    spec: Mapping[str, Any] | None,
+    status: Mapping[str, Any],
+) -> Result:
+    rel_name, rel_ns, owner = target_for(watch, namespace, name)
+    values = user_values(spec, watch.override_values)
+    try:
+        chart = rt.chart(watch)
+    except Exception as exc:  # unreadable chart: a configuration problem, not worth retrying fast
+        msg = f"cannot load chart {watch.chart.ref}: {exc}"
+        return Result(
+            Outcome("stalled", "ChartLoadFailed", msg),
+            retry_after=watch.reconcile_period,
+            events=(("Warning", "ChartLoadFailed", msg),),
+        )
+    violations = validate(merge_values(chart.defaults, values), chart.schema)
+    if violations:
+        msg = "values do not match the chart's schema: " + "; ".join(str(v) for v in violations)
+        msg = mask(msg, values)
+        return Result(Outcome("stalled", "InvalidValues", msg), events=(("Warning", "InvalidValues", msg),))
+
+    desired = values_digest(chart, values)
+    target = Target(watch, rel_name, rel_ns, owner, desired, values)
+    attempt_digest, failures, last_time = attempts_from_status(status)
+    attempts = Attempts(attempt_digest, failures, last_time)
+    events: list[tuple[str, str, str]] = []
+
+    async with rt.locks[f"{rel_ns}/{rel_name}"]:
+        for _ in range(3):  # unlock, then act on the unlocked release
+            release = await actions.read(rt.core, target)
+            state = determine_state(release, desired, owner)
+            p = plan(
+                state,
+                release,
+                desired,
+                attempts,
+                now=time.time(),
+                rollback_on_failure=watch.rollback_on_failure,
+                policy=rt.retry,
+            )
+            log.debug("%s/%s: state=%s plan=%s (%s)", namespace, name, state, p.action, p.reason)
+            if p.action is Action.UNLOCK:
+                await actions.unlock(rt.core, target)
+                events.append(("Warning", "Unlocked", f"release {rel_name}: {p.reason}; marked failed"))
+                continue
+            break
+
+        if p.action in (Action.INSTALL, Action.UPGRADE, Action.REINSTALL, Action.ROLLBACK) and rt.draining:
+            return Result(
+                Outcome("progressing", "ShuttingDown", "operator is shutting down"),
+                retry_after=5,
+                events=tuple(events),
+            )
+
+        match p.action:
+            case Action.NOTHING if state is ReleaseState.UNMANAGED:
+                msg = (
+                    f"Helm release {rel_ns}/{rel_name} exists but is not managed by this resource; "
+                    "delete or rename it"
+                )
+                return Result(
+                    Outcome("stalled", "ReleaseNotOwned", msg),
+                    retry_after=watch.reconcile_period,
+                    events=(*events, ("Warning", "ReleaseNotOwned", msg)),
+                )
+            case Action.NOTHING:
+                return Result(
+                    Outcome(
+                        "ready",
+                        "ReconciliationSucceeded",
+                        f"release {rel_name} revision {release.revision if release else '?'} is up to date",
+                        release=release,
+                        digest=desired,
+                    ),
+                    events=tuple(events),
+                )
+            case Action.WAIT:
+                return Result(
+                    Outcome("progressing", status_reason(status), p.reason, digest=desired),
+                    retry_after=p.delay,
+                    events=tuple(events),
+                )
+            case Action.GIVE_UP:
+                return Result(
+                    Outcome("stalled", "RetriesExhausted", p.reason, release=release, digest=desired),
+                    events=(*events, ("Warning", "RetriesExhausted", p.reason)),
+                )
+            case Action.INSTALL:
+                outcome = await actions.install(rt.helm, rt.core, target)
+            case Action.UPGRADE:
+                outcome = await actions.upgrade(rt.helm, rt.core, target, release)
+            case Action.REINSTALL:
+                outcome = await actions.reinstall(rt.helm, rt.core, target)
+            case Action.ROLLBACK:
+                outcome = await actions.rollback(rt.helm, rt.core, target)
+            case _:
+                raise AssertionError(f"unhandled action {p.action}")
+
+    kind = "Normal" if outcome.phase == "ready" else "Warning"
+    events.append((kind, outcome.reason, outcome.message))
+    if outcome.remediated:
+        events.append(("Warning", "Remediated", outcome.remediated))
+    retry = None
+    if outcome.phase == "failed":
+        retry = rt.retry.delay(failures + 1 if attempt_digest == desired else 1)
+    return Result(outcome, retry_after=retry, events=tuple(events))
+
+
+def status_reason(status: Mapping[str, Any]) -> str:
+    last = status.get("lastAttempt") or {}
+    return str(last.get("reason") or "RetryPending")
+
+
+async def finalize(rt: Runtime, watch: Watch, namespace: str | None, name: str) -> str:
+    """Uninstall the CR's release (only if it is ours). Returns what happened, for the Event."""
+    rel_name, rel_ns, owner = target_for(watch, namespace, name)
+    target = Target(watch, rel_name, rel_ns, owner, "", {})
+    async with rt.locks[f"{rel_ns}/{rel_name}"]:
+        release = await actions.read(rt.core, target)
+        if release is None:
+            return f"release {rel_name} already gone"
+        if release.owner != owner:
+            return f"release {rel_ns}/{rel_name} is not managed by this resource; left in place"
+        try:
+            await actions.uninstall(rt.helm, target)
+        except HelmError as exc:
+            raise RuntimeError(f"uninstall of {rel_name} failed: {exc.message}") from None
+    return f"release {rel_name} uninstalled"

@@ -1,0 +1,81 @@
+"""Read (and unlock) Helm's release storage straight from the API, without a ``helm`` process.
+
+Helm keeps each revision in a Secret ``sh.helm.release.v1.<name>.v<revision>`` labelled
+``owner=helm``, ``name``, ``status``, ``version`` plus the release's own labels. The labels alone
+tell state and digest; the body (base64 + gzip + JSON) is decoded only when chart metadata or
+the manifest are needed. Functions here are synchronous: call them through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from typing import Any
+
+from kubernetes import client
+
+from helm_operator.release.state import DIGEST_LABEL, OWNER_LABEL, StoredRelease
+
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+
+
+def decode_release(data: str) -> dict[str, Any]:
+    """Decode the ``release`` key of a storage Secret as the API returns it."""
+    raw = base64.b64decode(base64.b64decode(data))
+    if raw[:3] == _GZIP_MAGIC:
+        raw = gzip.decompress(raw)
+    body: dict[str, Any] = json.loads(raw)
+    return body
+
+
+def encode_release(body: dict[str, Any]) -> str:
+    return base64.b64encode(base64.b64encode(gzip.compress(json.dumps(body).encode()))).decode()
+
+
+def _secrets(api: client.CoreV1Api, name: str, namespace: str) -> list[Any]:
+    items = api.list_namespaced_secret(namespace, label_selector=f"owner=helm,name={name}").items
+    return sorted(items, key=lambda s: int(s.metadata.labels.get("version", "0")))
+
+
+def latest_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | None:
+    secrets = _secrets(api, name, namespace)
+    if not secrets:
+        return None
+    latest = secrets[-1]
+    labels = latest.metadata.labels or {}
+    body = decode_release(latest.data["release"])
+    meta = (body.get("chart") or {}).get("metadata") or {}
+    statuses = {(s.metadata.labels or {}).get("status") for s in secrets}
+    return StoredRelease(
+        name=name,
+        namespace=namespace,
+        revision=int(labels.get("version", "0")),
+        status=labels.get("status", ""),
+        owner=labels.get(OWNER_LABEL),
+        digest=labels.get(DIGEST_LABEL),
+        chart_name=str(meta.get("name", "")),
+        chart_version=str(meta.get("version", "")),
+        app_version=str(meta.get("appVersion", "") or ""),
+        ever_deployed=bool(statuses & {"deployed", "superseded"}),
+    )
+
+
+def unlock(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | None:
+    """Mark a stale ``pending-*`` latest revision as ``failed`` so Helm accepts new operations.
+
+    Written only under the release lock, when no ``helm`` of ours runs for the release: a pending
+    status then means the process that wrote it is gone (killed mid-upgrade).
+    """
+    secrets = _secrets(api, name, namespace)
+    if not secrets:
+        return None
+    latest = secrets[-1]
+    body = decode_release(latest.data["release"])
+    previous = (body.get("info") or {}).get("status", "")
+    body.setdefault("info", {})["status"] = "failed"
+    body["info"]["description"] = f"Unlocked by helm-operator from stale {previous}"
+    latest.data["release"] = encode_release(body)
+    latest.metadata.labels["status"] = "failed"
+    api.replace_namespaced_secret(latest.metadata.name, namespace, latest)
+    return latest_release(api, name, namespace)

@@ -1,0 +1,352 @@
+"""Load and validate ``watches.yaml``: which custom resource kind is served by which chart.
+
+The format is Operator SDK's Helm-operator format (``group``, ``version``, ``kind``, ``chart``,
+``watchDependentResources``, ``overrideValues``, ``selector``, ``reconcilePeriod``,
+``maxConcurrentReconciles``), accepted unchanged, plus fields of our own. Every mistake is reported
+at start-up with the file, the entry and the field, and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_ENV_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class WatchesError(ValueError):
+    """A precise complaint about the watches file; the CLI exits with code 2 on it."""
+
+    def __init__(self, path: Path | str, message: str, index: int | None = None, fieldname: str = "") -> None:
+        where = str(path)
+        if index is not None:
+            where += f": entry {index}"
+        if fieldname:
+            where += f": field '{fieldname}'"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class ChartRef:
+    """A local chart directory or packaged ``.tgz``, or a remote reference (repo URL or ``oci://``)."""
+
+    ref: str
+    path: Path | None = None
+    version: str | None = None
+    repo: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.path is not None
+
+
+@dataclass(frozen=True)
+class Watch:
+    group: str
+    version: str
+    kind: str
+    chart: ChartRef
+    plural: str
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
+    release_namespace: str | None = None
+    watch_dependent_resources: bool = True
+    override_values: Mapping[str, Any] = field(default_factory=dict)
+    selector: Mapping[str, Any] = field(default_factory=dict)
+    reconcile_period: float = 60.0
+    max_concurrent_reconciles: int = 1
+    timeout: float = 300.0
+    wait: bool = True
+    history_max: int = 5
+    rollback_on_failure: bool = True
+    hooks: str | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """A short identifier used in logs, metrics and handler ids."""
+        return f"{self.kind}.{self.version}.{self.group}"
+
+
+def parse_duration(value: Any) -> float:
+    """Go-style durations (``90s``, ``1m30s``, ``2h``) or a bare number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError
+        return float(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError
+    pos, total = 0, 0.0
+    factor = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for m in _DURATION_PART.finditer(value):
+        if m.start() != pos:
+            raise ValueError
+        total += float(m.group(1)) * factor[m.group(2)]
+        pos = m.end()
+    if pos != len(value):
+        raise ValueError
+    return total
+
+
+def expand_env(value: Any, env: Mapping[str, str], where: str = "") -> Any:
+    """Expand ``$VAR`` / ``${VAR}`` in every string of a values tree. An unset variable is an error."""
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1) or m.group(2)
+            if name not in env:
+                raise KeyError(f"{where}: environment variable ${name} is not set")
+            return env[name]
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, Mapping):
+        return {k: expand_env(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def default_plural(kind: str) -> str:
+    """Kubernetes' own guess for a plural (what ``kubebuilder`` would generate)."""
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "z", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+def _validate_selector(sel: Any) -> str | None:
+    """Return what is wrong with a label selector, or None."""
+    if not isinstance(sel, Mapping):
+        return "expected a label selector mapping with matchLabels and/or matchExpressions"
+    unknown = set(sel) - {"matchLabels", "matchExpressions"}
+    if unknown:
+        return f"unknown selector keys {sorted(unknown)}; expected matchLabels, matchExpressions"
+    labels = sel.get("matchLabels", {})
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        return "matchLabels: expected a mapping of label names to string values"
+    exprs = sel.get("matchExpressions", [])
+    if not isinstance(exprs, list):
+        return "matchExpressions: expected a list"
+    for i, e in enumerate(exprs):
+        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str):
+            return f"matchExpressions[{i}]: expected a mapping with a string 'key'"
+        op = e.get("operator")
+        if op not in SELECTOR_OPERATORS:
+            return (
+                f"matchExpressions[{i}].operator: expected one of {', '.join(SELECTOR_OPERATORS)}, got {op!r}"
+            )
+        values = e.get("values", [])
+        if op in ("In", "NotIn") and (not isinstance(values, list) or not values):
+            return f"matchExpressions[{i}].values: operator {op} needs a non-empty list of values"
+        if op in ("Exists", "DoesNotExist") and values:
+            return f"matchExpressions[{i}].values: operator {op} takes no values"
+    return None
+
+
+_KNOWN_FIELDS = {
+    "group",
+    "version",
+    "kind",
+    "chart",
+    "chartVersion",
+    "repo",
+    "watchDependentResources",
+    "overrideValues",
+    "selector",
+    "reconcilePeriod",
+    "maxConcurrentReconciles",
+    "plural",
+    "scope",
+    "releaseNamespace",
+    "timeout",
+    "wait",
+    "historyMax",
+    "upgrade",
+    "hooks",
+    "driftIgnore",
+}
+
+
+def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Watch:
+    def fail(fieldname: str, message: str) -> WatchesError:
+        return WatchesError(path, message, index, fieldname)
+
+    if not isinstance(raw, Mapping):
+        raise WatchesError(path, f"expected a mapping, got {type(raw).__name__}", index)
+    unknown = sorted(set(raw) - _KNOWN_FIELDS)
+    if unknown:
+        raise fail(unknown[0], f"unknown field; expected one of {', '.join(sorted(_KNOWN_FIELDS))}")
+
+    def string(name: str, required: bool = False) -> str | None:
+        value = raw.get(name)
+        if value is None:
+            if required:
+                raise fail(name, "required field is missing")
+            return None
+        if not isinstance(value, str) or not value:
+            raise fail(name, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def boolean(name: str, default: bool) -> bool:
+        value = raw.get(name, default)
+        if not isinstance(value, bool):
+            raise fail(name, f"expected true or false, got {value!r}")
+        return value
+
+    def integer(name: str, default: int, minimum: int) -> int:
+        value = raw.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise fail(name, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def duration(name: str, default: float) -> float:
+        if name not in raw:
+            return default
+        try:
+            return parse_duration(raw[name])
+        except ValueError:
+            raise fail(name, f"expected a duration such as 30s, 5m or 1h30m, got {raw[name]!r}") from None
+
+    group = raw.get("group", "")
+    if not isinstance(group, str):
+        raise fail("group", f"expected a string, got {group!r}")
+    version = string("version", required=True)
+    kind = string("kind", required=True)
+    assert version is not None and kind is not None
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind):
+        raise fail("kind", f"expected a CamelCase kind name, got {kind!r}")
+
+    chart_ref = string("chart", required=True)
+    assert chart_ref is not None
+    chart_version = string("chartVersion")
+    repo = string("repo")
+    if chart_ref.startswith("oci://") or repo:
+        chart = ChartRef(ref=chart_ref, version=chart_version, repo=repo)
+    else:
+        chart_path = (path.parent / chart_ref).resolve()
+        if chart_path.is_dir():
+            if not (chart_path / "Chart.yaml").is_file():
+                raise fail("chart", f"{chart_path} is a directory without Chart.yaml")
+        elif not (chart_path.is_file() and chart_path.name.endswith((".tgz", ".tar.gz"))):
+            raise fail("chart", f"no chart directory or .tgz at {chart_path}")
+        chart = ChartRef(ref=str(chart_path), path=chart_path, version=chart_version)
+
+    overrides = raw.get("overrideValues", {}) or {}
+    if not isinstance(overrides, Mapping):
+        raise fail("overrideValues", "expected a mapping of values")
+    try:
+        overrides = expand_env(overrides, env)
+    except KeyError as exc:
+        raise fail("overrideValues", str(exc.args[0])) from None
+
+    selector = raw.get("selector", {}) or {}
+    problem = _validate_selector(selector)
+    if problem:
+        raise fail("selector", problem)
+
+    scope = raw.get("scope", "Namespaced")
+    if scope not in ("Namespaced", "Cluster"):
+        raise fail("scope", f"expected Namespaced or Cluster, got {scope!r}")
+    release_namespace = string("releaseNamespace")
+    if release_namespace and not _DNS_LABEL.match(release_namespace):
+        raise fail(
+            "releaseNamespace", f"expected a namespace name (DNS-1123 label), got {release_namespace!r}"
+        )
+    if scope == "Cluster" and not release_namespace:
+        raise fail("releaseNamespace", "a cluster-scoped kind needs a releaseNamespace for its releases")
+
+    plural = string("plural") or default_plural(kind)
+    if not _DNS_LABEL.match(plural):
+        raise fail("plural", f"expected a lower-case resource name, got {plural!r}")
+
+    upgrade = raw.get("upgrade", {}) or {}
+    if not isinstance(upgrade, Mapping) or set(upgrade) - {"rollbackOnFailure"}:
+        raise fail("upgrade", "expected a mapping with only 'rollbackOnFailure'")
+    rollback = upgrade.get("rollbackOnFailure", True)
+    if not isinstance(rollback, bool):
+        raise fail("upgrade.rollbackOnFailure", f"expected true or false, got {rollback!r}")
+
+    hooks = string("hooks")
+
+    return Watch(
+        group=group,
+        version=version,
+        kind=kind,
+        chart=chart,
+        plural=plural,
+        scope=scope,
+        release_namespace=release_namespace,
+        watch_dependent_resources=boolean("watchDependentResources", True),
+        override_values=overrides,
+        selector=selector,
+        reconcile_period=duration("reconcilePeriod", 60.0),
+        max_concurrent_reconciles=integer("maxConcurrentReconciles", 1, 1),
+        timeout=duration("timeout", 300.0),
+        wait=boolean("wait", True),
+        history_max=integer("historyMax", 5, 1),
+        rollback_on_failure=rollback,
+        hooks=hooks,
+    )
+
+
+def load_watches(path: str | Path, env: Mapping[str, str] | None = None) -> list[Watch]:
+    """Parse and validate a watches file; raise :class:`WatchesError` on the first problem."""
+    path = Path(path)
+    env = os.environ if env is None else env
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise WatchesError(path, f"cannot read the file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise WatchesError(path, f"invalid YAML: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise WatchesError(path, "expected a non-empty list of watch entries")
+    watches: list[Watch] = []
+    seen: dict[tuple[str, str, str], int] = {}
+    for index, raw in enumerate(data):
+        watch = _load_entry(path, index, raw, env)
+        gvk = (watch.group, watch.version, watch.kind)
+        if gvk in seen:
+            raise WatchesError(
+                path,
+                f"duplicate group/version/kind {watch.api_version} {watch.kind} (first in entry {seen[gvk]})",
+                index,
+                "kind",
+            )
+        seen[gvk] = index
+        watches.append(watch)
+    return watches
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Evaluate a (validated) label selector against an object's labels."""
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        op = e["operator"]
+        if (op == "In" and value not in e["values"]) or (op == "NotIn" and present and value in e["values"]):
+            return False
+        if (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+            return False
+    return True

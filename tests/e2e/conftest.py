@@ -1,0 +1,94 @@
+"""The real local control plane, brought up once per test session.
+
+Set HELM_OPERATOR_KUBECONFIG to reuse a cluster started with ``helm-operator dev up`` (fast local
+iteration). Otherwise a fresh cluster is started and torn down at the end; if it cannot start,
+every e2e test errors with the reason: nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helm_operator.devcluster import DevCluster
+from helm_operator.tools import Toolchain
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+@pytest.fixture(scope="session")
+def tools() -> Toolchain:
+    return Toolchain.discover()
+
+
+@pytest.fixture(scope="session")
+def cluster(tools: Toolchain) -> Iterator[DevCluster]:
+    reuse = os.environ.get("HELM_OPERATOR_KUBECONFIG")
+    if reuse:
+        yield DevCluster.attach(reuse, tools=tools)
+        return
+    # pytest runs fixture teardown on KeyboardInterrupt; make SIGTERM (CI cancelling) do the same.
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    cluster = DevCluster(tools=tools)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Helm:
+    """The real helm binary, isolated from the user's helm config and cache."""
+
+    def __init__(self, binary: Path, cluster: DevCluster, home: Path) -> None:
+        self.binary = binary
+        self.env = {
+            **cluster.env,
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.binary), *args], env=self.env, text=True, capture_output=True, timeout=300
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed: {proc.stderr}")
+        return proc
+
+    @property
+    def major(self) -> int:
+        out = self("version", "--short").stdout.strip()
+        return int(out.lstrip("v").split(".")[0])
+
+
+@pytest.fixture(params=["helm", "helm3"], ids=["helm4", "helm3"])
+def helm(
+    request: pytest.FixtureRequest,
+    tools: Toolchain,
+    cluster: DevCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Helm:
+    binary = getattr(tools, request.param)
+    tools.require(request.param)
+    return Helm(binary, cluster, tmp_path_factory.mktemp(request.param))
+
+
+@pytest.fixture
+def namespace(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
+    name = f"t-{base}"[:50].rstrip("-") + f"-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from helm_operator.release.state import (
+    Action,
+    Attempts,
+    ReleaseState,
+    RetryPolicy,
+    StoredRelease,
+    determine_state,
+    owner_id,
+    plan,
+    release_name,
+)
+
+OWNER = "o1"
+DIGEST = "d1"
+
+
+def rel(
+    status: str = "deployed",
+    owner: str | None = OWNER,
+    digest: str = DIGEST,
+    ever: bool = True,
+    revision: int = 2,
+) -> StoredRelease:
+    return StoredRelease("r", "ns", revision, status, owner=owner, digest=digest, ever_deployed=ever)
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        (None, ReleaseState.ABSENT),
+        (rel("uninstalled"), ReleaseState.ABSENT),
+        (rel(owner=None), ReleaseState.UNMANAGED),
+        (rel(owner="someone-else"), ReleaseState.UNMANAGED),
+        (rel("pending-install"), ReleaseState.LOCKED),
+        (rel("pending-upgrade"), ReleaseState.LOCKED),
+        (rel("pending-rollback"), ReleaseState.LOCKED),
+        (rel("uninstalling"), ReleaseState.LOCKED),
+        (rel("failed"), ReleaseState.FAILED),
+        (rel("deployed", digest="other"), ReleaseState.OUT_OF_SYNC),
+        (rel("deployed"), ReleaseState.IN_SYNC),
+    ],
+)
+def test_determine_state(release: StoredRelease | None, expected: ReleaseState) -> None:
+    assert determine_state(release, DIGEST, OWNER) is expected
+
+
+def test_every_state_is_covered_by_the_table() -> None:
+    # A new state must come with its rule and a row above.
+    assert {s.value for s in ReleaseState} == {
+        "Absent",
+        "OutOfSync",
+        "Locked",
+        "Failed",
+        "Unmanaged",
+        "InSync",
+    }
+
+
+NO_ATTEMPTS = Attempts()
+
+
+def _plan(
+    state: ReleaseState,
+    release: StoredRelease | None,
+    attempts: Attempts = NO_ATTEMPTS,
+    now: float = 1000.0,
+    rollback: bool = True,
+) -> Action:
+    return plan(state, release, DIGEST, attempts, now=now, rollback_on_failure=rollback).action
+
+
+def test_plan_basic_actions() -> None:
+    assert _plan(ReleaseState.ABSENT, None) is Action.INSTALL
+    assert _plan(ReleaseState.OUT_OF_SYNC, rel(digest="old")) is Action.UPGRADE
+    assert _plan(ReleaseState.IN_SYNC, rel()) is Action.NOTHING
+    assert _plan(ReleaseState.UNMANAGED, rel(owner=None)) is Action.NOTHING
+    assert _plan(ReleaseState.LOCKED, rel("pending-upgrade")) is Action.UNLOCK
+
+
+def test_plan_failed_release() -> None:
+    never = rel("failed", ever=False, revision=1)
+    assert _plan(ReleaseState.FAILED, never) is Action.REINSTALL
+    assert _plan(ReleaseState.FAILED, rel("failed")) is Action.ROLLBACK
+    assert _plan(ReleaseState.FAILED, rel("failed"), rollback=False) is Action.UPGRADE
+    # The spec changed since the failure: try the new values instead of rolling back.
+    assert _plan(ReleaseState.FAILED, rel("failed", digest="old")) is Action.UPGRADE
+
+
+def test_backoff_is_capped_exponential() -> None:
+    policy = RetryPolicy(base=5, cap=60, max_failures=10)
+    assert [policy.delay(n) for n in range(0, 7)] == [0, 5, 10, 20, 40, 60, 60]
+
+
+def test_plan_waits_then_retries_then_gives_up() -> None:
+    policy = RetryPolicy(base=10, cap=100, max_failures=3)
+    failed_twice = Attempts(DIGEST, failures=2, last_attempt=1000.0)
+    p = plan(
+        ReleaseState.OUT_OF_SYNC,
+        rel(digest="old"),
+        DIGEST,
+        failed_twice,
+        now=1005.0,
+        rollback_on_failure=True,
+        policy=policy,
+    )
+    assert p.action is Action.WAIT and p.delay == pytest.approx(15.0)
+    p = plan(
+        ReleaseState.OUT_OF_SYNC,
+        rel(digest="old"),
+        DIGEST,
+        failed_twice,
+        now=1021.0,
+        rollback_on_failure=True,
+        policy=policy,
+    )
+    assert p.action is Action.UPGRADE
+    exhausted = Attempts(DIGEST, failures=3, last_attempt=0.0)
+    p = plan(
+        ReleaseState.OUT_OF_SYNC,
+        rel(digest="old"),
+        DIGEST,
+        exhausted,
+        now=1e9,
+        rollback_on_failure=True,
+        policy=policy,
+    )
+    assert p.action is Action.GIVE_UP
+    # Failures for other values do not hold back new values.
+    other = Attempts("old-digest", failures=3, last_attempt=1000.0)
+    assert _plan(ReleaseState.OUT_OF_SYNC, rel(digest="old"), other) is Action.UPGRADE
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "my-db",
+        "a" * 53,
+        "a" * 60,
+        "my.dotted.name",
+        "Upper.Case_Name",
+        "x" * 40 + "." + "y" * 19,
+        "..--..",
+        "ends-with-dash-" + "z" * 50,
+    ],
+)
+def test_release_name_is_valid_and_stable(name: str) -> None:
+    out = release_name(name)
+    assert len(out) <= 53
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", out)
+    assert release_name(name) == out
+
+
+def test_release_name_keeps_valid_names_and_separates_collisions() -> None:
+    assert release_name("my-db") == "my-db"
+    assert release_name("a.b") != release_name("a-b")
+    assert release_name("a" * 60) != release_name("a" * 61)
+
+
+def test_owner_id_is_label_safe_and_distinct() -> None:
+    a = owner_id("g", "K", "ns", "n")
+    assert re.fullmatch(r"[0-9a-f]{40}", a)
+    assert a != owner_id("g", "K", "ns2", "n")

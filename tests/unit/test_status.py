@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from helm_operator.helm import mask
+from helm_operator.release.state import StoredRelease
+from helm_operator.status import HISTORY_MAX, Outcome, status_patch
+
+
+def cond(patch: dict, ctype: str) -> dict:
+    return next(c for c in patch["conditions"] if c["type"] == ctype)
+
+
+REL = StoredRelease(
+    "r", "ns", 3, "deployed", owner="o", digest="d", chart_name="c", chart_version="1.0", app_version="2"
+)
+
+
+def test_ready_outcome_sets_kstatus_conditions_and_release_record() -> None:
+    p = status_patch(
+        {},
+        Outcome("ready", "InstallSucceeded", "ok", action="install", release=REL, digest="d"),
+        generation=4,
+        now=0,
+    )
+    assert p["observedGeneration"] == 4
+    assert [(c["type"], c["status"]) for c in p["conditions"]] == [
+        ("Ready", "True"),
+        ("Reconciling", "False"),
+        ("Stalled", "False"),
+        ("Released", "True"),
+    ]
+    assert all(c["observedGeneration"] == 4 for c in p["conditions"])
+    assert p["release"] == {
+        "name": "r",
+        "namespace": "ns",
+        "revision": 3,
+        "status": "deployed",
+        "chart": "c",
+        "chartVersion": "1.0",
+        "appVersion": "2",
+        "digest": "d",
+        "lastAction": "install",
+        "lastActionTime": "1970-01-01T00:00:00Z",
+    }
+    assert p["history"][0]["action"] == "install" and p["history"][0]["result"] == "Succeeded"
+
+
+def test_failures_are_counted_per_digest_and_cleared_on_success() -> None:
+    failed = Outcome(
+        "failed", "UpgradeFailed", "boom", action="upgrade", digest="d2", remediated="rolled back"
+    )
+    p1 = status_patch({}, failed, 1, 10)
+    assert p1["lastAttempt"]["failures"] == 1
+    assert cond(p1, "Ready")["status"] == "False" and cond(p1, "Reconciling")["status"] == "True"
+    assert cond(p1, "Remediated")["status"] == "True" and cond(p1, "Remediated")["reason"] == "RolledBack"
+    p2 = status_patch(p1, failed, 1, 20)
+    assert p2["lastAttempt"]["failures"] == 2
+    p3 = status_patch(p2, Outcome("failed", "UpgradeFailed", "x", action="upgrade", digest="d3"), 2, 30)
+    assert p3["lastAttempt"]["failures"] == 1  # new values: a fresh count
+    ok = status_patch(p3, Outcome("ready", "UpgradeSucceeded", "ok", action="upgrade", release=REL), 2, 40)
+    assert ok["lastAttempt"] is None
+    assert cond(ok, "Remediated")["status"] == "False"
+
+
+def test_stalled_outcome() -> None:
+    p = status_patch({}, Outcome("stalled", "InvalidValues", "spec.replicas: bad"), 2, 0)
+    stalled = cond(p, "Stalled")
+    assert (stalled["status"], stalled["reason"], stalled["message"]) == (
+        "True",
+        "InvalidValues",
+        "spec.replicas: bad",
+    )
+    assert cond(p, "Ready")["status"] == "False" and cond(p, "Reconciling")["status"] == "False"
+    assert "history" not in p and "Released" not in {c["type"] for c in p["conditions"]}
+
+
+def test_transition_time_kept_while_status_unchanged() -> None:
+    first = status_patch({}, Outcome("ready", "ReconciliationSucceeded", "ok"), 1, 100)
+    again = status_patch(first, Outcome("ready", "ReconciliationSucceeded", "ok"), 1, 500)
+    assert cond(again, "Ready")["lastTransitionTime"] == cond(first, "Ready")["lastTransitionTime"]
+    flipped = status_patch(again, Outcome("stalled", "X", "y"), 2, 900)
+    assert cond(flipped, "Ready")["lastTransitionTime"] != cond(first, "Ready")["lastTransitionTime"]
+
+
+def test_history_is_bounded() -> None:
+    current: dict = {}
+    for i in range(HISTORY_MAX + 3):
+        current |= status_patch(
+            current,
+            Outcome("ready", "UpgradeSucceeded", "ok", action="upgrade", release=REL, digest=str(i)),
+            1,
+            i,
+        )
+    assert len(current["history"]) == HISTORY_MAX
+    assert current["history"][0]["digest"] == str(HISTORY_MAX + 2)
+
+
+def test_mask_hides_secret_values() -> None:
+    values = {"config": "password=88888888", "db": {"adminPassword": "hunter2"}, "replicas": 3}
+    msg = mask("failed: password=88888888 and hunter2 with 3 replicas", values)
+    assert "88888888" not in msg and "hunter2" not in msg and "3 replicas" in msg
