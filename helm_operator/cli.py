@@ -45,11 +45,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
     ]
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig
-        config.load_kube_config(config_file=kubeconfig)
-    else:
-        config.load_incluster_config()
+    try:
+        if kubeconfig:
+            os.environ["KUBECONFIG"] = kubeconfig
+            config.load_kube_config(config_file=kubeconfig)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+        else:
+            config.load_kube_config()
+    except config.ConfigException as exc:
+        print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
+        return 1
     helm = Helm(
         HelmSettings(
             executable=_helm_executable(args.helm),
@@ -59,6 +65,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     runtime = Runtime(helm=helm, core=client.CoreV1Api())
     registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+        return info
 
     @kopf.on.startup(registry=registry)
     def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -30,6 +30,19 @@ log = logging.getLogger(__name__)
 
 OWNER_FILE = "owner.pid"
 
+# The default StorageClass: dynamic hostPath volumes from kube-controller-manager, so charts with
+# PersistentVolumeClaims (StatefulSets) bind and their Pods schedule as on a real cluster.
+STORAGE_CLASS = """
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+"""
+
 
 class ClusterError(RuntimeError):
     """The local control plane could not be started; the message says why."""
@@ -131,6 +144,9 @@ class DevCluster:
                 str(self.tools.etcd),
                 "--kube-authorization",
                 "--kube-admission",
+                # PVCs bind through the in-tree hostPath provisioner (no storage exists otherwise).
+                "--extra-args",
+                "kube-controller-manager=enable-hostpath-provisioner=true",
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--quiet-pull",
@@ -141,6 +157,7 @@ class DevCluster:
             if self.nodes:
                 self._kwokctl("scale", "node", "--replicas", str(self.nodes), timeout=60)
             self._wait_ready(deadline=started + timeout)
+            self.kubectl("apply", "-f", "-", input=STORAGE_CLASS)
         except BaseException:
             self.stop()
             raise
