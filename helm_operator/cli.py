@@ -35,6 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from helm_operator.controller import configure, register
     from helm_operator.helm import Helm, HelmSettings
     from helm_operator.reconciler import Runtime
+    from helm_operator.release.state import RetryPolicy
 
     try:
         watches = load_watches(args.watches_file)
@@ -63,12 +64,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             max_processes=args.max_helm_processes,
         )
     )
-    runtime = Runtime(helm=helm, core=client.CoreV1Api())
+    retry = RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries)
+    runtime = Runtime(helm=helm, core=client.CoreV1Api(), retry=retry)
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
     def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+        # The same credentials the kubernetes client was configured with above.
+        info: kopf.ConnectionInfo | None
+        if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            info = kopf.login_with_kubeconfig(**kwargs)
+        else:
+            info = kopf.login_with_service_account(**kwargs)
         return info
 
     @kopf.on.startup(registry=registry)
@@ -82,12 +89,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for watch in watches:
         register(watch, runtime, registry)
         logging.info("watching %s (%s) -> chart %s", watch.kind, watch.api_version, watch.chart.ref)
-    logging.info(
-        "helm %s at %s; namespaces: %s",
-        helm.version(),
-        helm.settings.executable,
-        ", ".join(namespaces) or "all",
-    )
+    # No `helm version` here: a restart must not start a single helm process when nothing changed.
+    logging.info("helm: %s; namespaces: %s", helm.settings.executable, ", ".join(namespaces) or "all")
     kopf.run(registry=registry, clusterwide=not namespaces, namespaces=namespaces, standalone=True)
     return 0
 
@@ -151,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
     run.add_argument("--helm", default=None, help="helm executable (default: the bootstrap-built helm v4)")
-    run.add_argument("--max-helm-processes", type=int, default=4)
+    run.add_argument(
+        "--max-helm-processes", type=int, default=4, help="global cap on concurrent helm processes"
+    )
+    run.add_argument("--retry-base", type=float, default=5.0, help="first retry delay after a failure (s)")
+    run.add_argument("--retry-cap", type=float, default=300.0, help="longest retry delay (s)")
+    run.add_argument("--max-retries", type=int, default=5, help="failures per spec before giving up")
     run.set_defaults(func=cmd_run)
 
     dev = sub.add_parser("dev", help="a local control plane built from source (KWOK nodes)")

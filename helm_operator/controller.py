@@ -41,7 +41,7 @@ def _apply(
 ) -> None:
     for etype, reason, message in result.events:
         kopf.event(body, type=etype, reason=reason, message=message)
-    for key, value in status_patch(status, result.outcome, generation, time.time()).items():
+    for key, value in status_patch(status, result.outcome, generation, time.time(), result.attempts).items():
         patch.status[key] = value
 
 

@@ -29,7 +29,7 @@ from helm_operator.release.state import (
     plan,
     release_name,
 )
-from helm_operator.status import Outcome, attempts_from_status
+from helm_operator.status import Outcome, attempts_from_status, next_attempts
 from helm_operator.values import ChartInfo, load_chart, user_values, validate
 from helm_operator.values import digest as values_digest
 from helm_operator.values import merge as merge_values
@@ -46,6 +46,8 @@ class Runtime:
     core: client.CoreV1Api
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    # Failure memory per release, newer than the CR status a handler may have been given.
+    attempts: dict[str, Attempts] = field(default_factory=dict)
     draining: bool = False
     _charts: dict[str, tuple[float, ChartInfo]] = field(default_factory=dict)
 
@@ -68,6 +70,7 @@ class Result:
     outcome: Outcome
     retry_after: float | None = None  # seconds; None: nothing to retry
     events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message)
+    attempts: Attempts | None = None  # failure memory to record; None: derive from the status
 
 
 def target_for(watch: Watch, namespace: str | None, name: str) -> tuple[str, str, str]:
@@ -104,11 +107,13 @@ async def reconcile(
 
     desired = values_digest(chart, values)
     target = Target(watch, rel_name, rel_ns, owner, desired, values)
-    attempt_digest, failures, last_time = attempts_from_status(status)
-    attempts = Attempts(attempt_digest, failures, last_time)
+    key = f"{rel_ns}/{rel_name}"
     events: list[tuple[str, str, str]] = []
 
-    async with rt.locks[f"{rel_ns}/{rel_name}"]:
+    async with rt.locks[key]:
+        attempts = max(
+            attempts_from_status(status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
+        )
         for _ in range(3):  # unlock, then act on the unlocked release
             release = await actions.read(rt.core, target)
             state = determine_state(release, desired, owner)
@@ -159,7 +164,7 @@ async def reconcile(
                 )
             case Action.WAIT:
                 return Result(
-                    Outcome("progressing", status_reason(status), p.reason, digest=desired),
+                    Outcome("progressing", attempts.reason or "RetryPending", p.reason, digest=desired),
                     retry_after=p.delay,
                     events=tuple(events),
                 )
@@ -179,19 +184,16 @@ async def reconcile(
             case _:
                 raise AssertionError(f"unhandled action {p.action}")
 
+    new_attempts = next_attempts(attempts, outcome, time.time())
+    rt.attempts[key] = new_attempts
     kind = "Normal" if outcome.phase == "ready" else "Warning"
     events.append((kind, outcome.reason, outcome.message))
     if outcome.remediated:
         events.append(("Warning", "Remediated", outcome.remediated))
     retry = None
     if outcome.phase == "failed":
-        retry = rt.retry.delay(failures + 1 if attempt_digest == desired else 1)
-    return Result(outcome, retry_after=retry, events=tuple(events))
-
-
-def status_reason(status: Mapping[str, Any]) -> str:
-    last = status.get("lastAttempt") or {}
-    return str(last.get("reason") or "RetryPending")
+        retry = rt.retry.delay(attempts.failures + 1 if attempts.digest == desired else 1)
+    return Result(outcome, retry_after=retry, events=tuple(events), attempts=new_attempts)
 
 
 async def finalize(rt: Runtime, watch: Watch, namespace: str | None, name: str) -> str:

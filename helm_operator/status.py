@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from helm_operator.release.state import StoredRelease
+from helm_operator.release.state import Attempts, StoredRelease
 
 HISTORY_MAX = 5
 MESSAGE_MAX = 1024
@@ -41,6 +41,7 @@ class Outcome:
     release: StoredRelease | None = None
     digest: str | None = None  # the desired digest this outcome is about
     remediated: str | None = None  # what a remediation (rollback, cleanup) did
+    permanent: bool = False  # a failure retrying cannot fix: remembered so resyncs do not retry it
 
 
 def _condition(
@@ -82,8 +83,17 @@ def merge_conditions(
     )
 
 
-def status_patch(current: Mapping[str, Any], outcome: Outcome, generation: int, now: float) -> dict[str, Any]:
-    """The status fields to write after a reconcile (a merge patch of ``.status``)."""
+def status_patch(
+    current: Mapping[str, Any],
+    outcome: Outcome,
+    generation: int,
+    now: float,
+    attempts: Attempts | None = None,
+) -> dict[str, Any]:
+    """The status fields to write after a reconcile (a merge patch of ``.status``).
+
+    ``attempts`` is the failure memory to record; by default it is derived from the status.
+    """
     ok = outcome.phase == "ready"
     updates: list[tuple[str, bool, str, str]] = [
         ("Ready", ok, outcome.reason, outcome.message),
@@ -120,18 +130,10 @@ def status_patch(current: Mapping[str, Any], outcome: Outcome, generation: int, 
         "conditions": merge_conditions(current.get("conditions", []), updates, generation, now),
     }
 
-    previous_attempt = current.get("lastAttempt") or {}
-    if outcome.phase == "failed":
-        same = previous_attempt.get("digest") == outcome.digest
-        patch["lastAttempt"] = {
-            "digest": outcome.digest,
-            "failures": (int(previous_attempt.get("failures", 0)) if same else 0) + 1,
-            "time": rfc3339(now),
-            "action": outcome.action,
-            "reason": outcome.reason,
-        }
-    elif ok and previous_attempt:
-        patch["lastAttempt"] = None  # clear the failure memory
+    previous = attempts_from_status(current)
+    nxt = attempts if attempts is not None else next_attempts(previous, outcome, now)
+    if nxt != previous:
+        patch["lastAttempt"] = attempts_to_status(nxt) if nxt.failures else None
 
     rel = outcome.release
     if rel is not None:
@@ -154,7 +156,7 @@ def status_patch(current: Mapping[str, Any], outcome: Outcome, generation: int, 
     if outcome.action:
         entry = {
             "action": outcome.action,
-            "result": "Succeeded" if outcome.phase != "failed" else "Failed",
+            "result": "Succeeded" if outcome.phase == "ready" else "Failed",
             "revision": rel.revision if rel else None,
             "digest": outcome.digest,
             "time": rfc3339(now),
@@ -163,6 +165,36 @@ def status_patch(current: Mapping[str, Any], outcome: Outcome, generation: int, 
     return patch
 
 
-def attempts_from_status(current: Mapping[str, Any]) -> tuple[str | None, int, float]:
+def next_attempts(previous: Attempts, outcome: Outcome, now: float) -> Attempts:
+    """The failure memory after an outcome: count failures per digest, forget them on success."""
+    if outcome.phase == "failed" or (outcome.permanent and outcome.digest):
+        failures = (previous.failures if previous.digest == outcome.digest else 0) + 1
+        return Attempts(
+            outcome.digest, failures, float(int(now)), outcome.permanent, outcome.action, outcome.reason
+        )
+    if outcome.phase == "ready":
+        return Attempts()
+    return previous
+
+
+def attempts_to_status(a: Attempts) -> dict[str, Any]:
+    return {
+        "digest": a.digest,
+        "failures": a.failures,
+        "time": rfc3339(a.last_attempt),
+        "action": a.action,
+        "reason": a.reason,
+        "permanent": a.permanent,
+    }
+
+
+def attempts_from_status(current: Mapping[str, Any]) -> Attempts:
     last = current.get("lastAttempt") or {}
-    return last.get("digest"), int(last.get("failures", 0)), parse_rfc3339(last.get("time"))
+    return Attempts(
+        digest=last.get("digest"),
+        failures=int(last.get("failures", 0)),
+        last_attempt=parse_rfc3339(last.get("time")),
+        permanent=bool(last.get("permanent", False)),
+        action=last.get("action"),
+        reason=last.get("reason"),
+    )

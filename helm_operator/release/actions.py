@@ -55,10 +55,17 @@ async def _apply(helm: Helm, core: client.CoreV1Api, t: Target) -> StoredRelease
     return await read(core, t)
 
 
+def _render_failure(exc: HelmError, action: str, t: Target) -> Outcome:
+    """The chart does not render with these values: deterministic, so no retry until they change."""
+    return Outcome("stalled", "RenderFailed", exc.message, action=action, digest=t.digest, permanent=True)
+
+
 async def install(helm: Helm, core: client.CoreV1Api, t: Target) -> Outcome:
     try:
         rel = await _apply(helm, core, t)
     except HelmError as exc:
+        if exc.reason == "RenderFailed":
+            return _render_failure(exc, "install", t)
         # Leave nothing half-installed behind: the next attempt starts clean.
         cleanup = None
         try:
@@ -89,6 +96,8 @@ async def upgrade(helm: Helm, core: client.CoreV1Api, t: Target, before: StoredR
     try:
         rel = await _apply(helm, core, t)
     except HelmError as exc:
+        if exc.reason == "RenderFailed":
+            return _render_failure(exc, "upgrade", t)
         remediated = None
         if t.watch.rollback_on_failure and before is not None and before.ever_deployed:
             remediated = await _rollback_quietly(helm, t)

@@ -64,6 +64,9 @@ class Attempts:
     digest: str | None = None
     failures: int = 0
     last_attempt: float = 0.0
+    permanent: bool = False  # the failure cannot go away without a change (e.g. the chart fails to render)
+    action: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,10 @@ def plan(
                 candidate = Plan(Action.UPGRADE, "the last upgrade failed; retrying with the desired values")
 
     if attempts.digest == desired_digest and attempts.failures > 0:
+        if attempts.permanent:
+            return Plan(
+                Action.GIVE_UP, "the last attempt with these values failed permanently; change the resource"
+            )
         if attempts.failures >= policy.max_failures:
             return Plan(
                 Action.GIVE_UP,

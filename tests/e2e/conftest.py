@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from helm_operator.devcluster import DevCluster
 from helm_operator.tools import Toolchain
+
+from .operator import REPO, OperatorProcess, Resources
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
@@ -92,3 +95,55 @@ def namespace(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[s
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+TINY_WATCH = {
+    "group": "test.helm-operator.io",
+    "version": "v1",
+    "kind": "Tiny",
+    "chart": str(REPO / "tests/e2e/charts/tiny"),
+    "historyMax": 3,
+    "timeout": "60s",
+    "reconcilePeriod": "15s",
+}
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: DevCluster) -> None:
+    """The sample CRDs and the test CRDs, established."""
+    for folder in (REPO / "crds", REPO / "tests/e2e/crds"):
+        for crd in sorted(folder.glob("*.yaml")):
+            cluster.kubectl("apply", "-f", str(crd))
+    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+
+
+@pytest.fixture(scope="session")
+def e2e_watches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped watches.yaml (absolute chart paths) plus the test kinds."""
+    entries = yaml.safe_load((REPO / "watches.yaml").read_text())
+    for entry in entries:
+        entry["chart"] = str(REPO / entry["chart"])
+    path = tmp_path_factory.mktemp("watches") / "watches.yaml"
+    path.write_text(yaml.safe_dump([*entries, TINY_WATCH]))
+    return path
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: DevCluster,
+    crds: None,
+    tools: Toolchain,
+    e2e_watches: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    """One operator (helm v4) for the session, watching the test namespaces (``t-*``)."""
+    tools.require("helm")
+    op = OperatorProcess(cluster, tools.helm, tmp_path_factory.mktemp("operator"), e2e_watches, ["t-*"])
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def res(cluster: DevCluster, namespace: str) -> Resources:
+    return Resources(cluster, namespace)

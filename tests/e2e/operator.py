@@ -1,0 +1,191 @@
+"""Run the real operator as a separate process against the local cluster, and count its helm calls.
+
+The operator is started exactly as a user starts it (``python -m helm_operator.cli run``) so that
+SIGTERM/SIGKILL/restart behave as in production. Its ``--helm`` is a two-line shell wrapper that
+appends each invocation to a log and then execs the real helm binary: the counting is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from helm_operator.devcluster import DevCluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def eventually(check: Callable[[], Any], timeout: float = 90, what: str = "", interval: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
+
+
+class OperatorProcess:
+    def __init__(
+        self,
+        cluster: DevCluster,
+        helm: Path,
+        workdir: Path,
+        watches: Path,
+        namespaces: list[str],
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.watches = watches
+        self.namespaces = namespaces
+        self.extra_args = extra_args or ["--retry-base", "1", "--retry-cap", "4"]
+        self.calls_log = workdir / "helm-calls.log"
+        self.shim = workdir / "helm"
+        self.shim.write_text(f'#!/bin/sh\necho "$*" >> "{self.calls_log}"\nexec "{helm}" "$@"\n')
+        self.shim.chmod(0o755)
+        self.calls_log.touch()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"operator-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        cmd = [
+            sys.executable,
+            "-m",
+            "helm_operator.cli",
+            "run",
+            "--watches-file",
+            str(self.watches),
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--helm",
+            str(self.shim),
+            *self.extra_args,
+        ]
+        for ns in self.namespaces:
+            cmd += ["--namespace", ns]
+        env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(self.workdir / "helm-cache"),
+            "HELM_CONFIG_HOME": str(self.workdir / "helm-config"),
+            "HELM_DATA_HOME": str(self.workdir / "helm-data"),
+        }
+        # Its own session: SIGKILL of the group kills helm children too, as when a Pod dies.
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        eventually(
+            lambda: "Initial authentication has finished" in self.log() or self._died(),
+            timeout=30,
+            what="operator start",
+        )
+        assert not self._died(), f"operator exited at start:\n{self.log()}"
+
+    def _died(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 150, group: bool = False) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            if group:
+                os.killpg(self.proc.pid, sig)
+            else:
+                self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode
+        self.proc = None
+        return rc
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def helm_calls(self) -> list[str]:
+        return [line for line in self.calls_log.read_text().splitlines() if line.strip()]
+
+    def handled(self, phrase: str) -> int:
+        """How often the current process's log mentions ``phrase`` (e.g. a handler's success)."""
+        return self.log().count(phrase)
+
+
+class Resources:
+    """kubectl conveniences for custom resources in one namespace."""
+
+    def __init__(self, cluster: DevCluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.ns = namespace
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        doc = json.loads(json.dumps(doc))
+        doc.setdefault("metadata", {})["namespace"] = self.ns
+        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        out = self.cluster.kubectl("get", kind, name, "-n", self.ns, "-o", "json", check=False)
+        return json.loads(out.stdout) if out.returncode == 0 else None
+
+    def condition(self, kind: str, name: str, ctype: str) -> dict[str, Any]:
+        obj = self.get(kind, name) or {}
+        for c in (obj.get("status") or {}).get("conditions", []):
+            if c["type"] == ctype:
+                return dict(c)
+        return {}
+
+    def wait_condition(
+        self,
+        kind: str,
+        name: str,
+        ctype: str,
+        status: str = "True",
+        timeout: float = 120,
+        generation: bool = True,
+    ) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            obj = self.get(kind, name) or {}
+            c = self.condition(kind, name, ctype)
+            if c.get("status") != status:
+                return None
+            if generation and c.get("observedGeneration") != obj.get("metadata", {}).get("generation"):
+                return None
+            return c
+
+        result: dict[str, Any] = eventually(check, timeout, f"{kind}/{name} {ctype}={status}")
+        return result
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = self.cluster.kubectl(
+            "get", "events", "-n", self.ns, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        )
+        return list(json.loads(out.stdout)["items"])
+
+    def delete(self, kind: str, name: str, wait: bool = True) -> None:
+        self.cluster.kubectl("delete", kind, name, "-n", self.ns, f"--wait={str(wait).lower()}", timeout=180)
+
+    def exists(self, kind: str, name: str) -> bool:
+        return self.cluster.kubectl("get", kind, name, "-n", self.ns, check=False).returncode == 0

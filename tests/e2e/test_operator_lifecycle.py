@@ -1,0 +1,214 @@
+"""The core operator on the real control plane: install, upgrade, no-op resync, restart, delete,
+and the failure paths (schema, render, Helm errors, a killed operator)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helm_operator.devcluster import DevCluster
+from helm_operator.release.state import release_name
+from helm_operator.tools import Toolchain
+
+from .conftest import Helm
+from .operator import OperatorProcess, Resources, eventually
+
+KIND = "tinies.test.helm-operator.io"
+
+
+def tiny(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "test.helm-operator.io/v1",
+        "kind": "Tiny",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def releases(helm: Helm, ns: str) -> dict[str, dict[str, Any]]:
+    return {
+        r["name"]: r
+        for r in json.loads(
+            helm("list", "--deployed", "--failed", "--pending", "-n", ns, "-o", "json").stdout
+        )
+    }
+
+
+def history(helm: Helm, name: str, ns: str) -> list[dict[str, Any]]:
+    out = helm("history", name, "-n", ns, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else []
+
+
+def upgrades(op: OperatorProcess, name: str) -> list[str]:
+    return [c for c in op.helm_calls() if c.startswith(f"upgrade {name} ")]
+
+
+def lifecycle(op: OperatorProcess, res: Resources, helm: Helm, cluster: DevCluster) -> None:
+    """apply → Ready; change → one upgrade; unchanged/restart → no helm; delete → all gone."""
+    ns = res.ns
+    res.apply(tiny("web", message="one", replicas=2))
+    res.wait_condition(KIND, "web", "Ready")
+    rel = releases(helm, ns)["web"]
+    assert (rel["status"], rel["revision"]) == ("deployed", "1")
+    assert json.loads(helm("get", "values", "web", "-n", ns, "-o", "json").stdout) == {
+        "message": "one",
+        "replicas": 2,
+    }
+    assert res.get("configmap", "web-config")["data"] == {"message": "one"}
+    status = res.get(KIND, "web")["status"]
+    assert status["release"]["revision"] == 1 and status["release"]["chart"] == "tiny"
+    assert any(e["reason"] == "InstallSucceeded" for e in res.events("web"))
+
+    calls = len(op.helm_calls())
+    res.apply(tiny("web", message="two", replicas=2))
+    eventually(
+        lambda: (res.get(KIND, "web")["status"].get("release") or {}).get("revision") == 2, what="revision 2"
+    )
+    res.wait_condition(KIND, "web", "Ready")
+    assert releases(helm, ns)["web"]["revision"] == "2"
+    assert res.get("configmap", "web-config")["data"] == {"message": "two"}
+    assert len(op.helm_calls()) - calls == 1, op.helm_calls()[calls:]
+
+    calls = len(op.helm_calls())
+    res.apply(tiny("web", message="two", replicas=2))  # the same spec again
+    op.restart()
+    eventually(lambda: op.handled("resume' succeeded") >= 1, what="resume handled after restart")
+    assert op.helm_calls()[calls:] == []
+    assert releases(helm, ns)["web"]["revision"] == "2"
+
+    res.delete(KIND, "web")
+    assert not res.exists(KIND, "web")
+    assert "web" not in releases(helm, ns)
+    assert not res.exists("configmap", "web-config") and not res.exists("deployment", "web")
+    assert any(e["reason"] == "Uninstalled" for e in cluster_events(cluster, ns, "web"))
+
+
+def cluster_events(cluster: DevCluster, ns: str, name: str) -> list[dict[str, Any]]:
+    return Resources(cluster, ns).events(name)
+
+
+@pytest.fixture
+def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
+    return Helm(tools.helm, cluster, tmp_path)
+
+
+def test_lifecycle_helm4(operator: OperatorProcess, res: Resources, helm4: Helm, cluster: DevCluster) -> None:
+    lifecycle(operator, res, helm4, cluster)
+
+
+def test_lifecycle_helm3(
+    cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, tmp_path: Path
+) -> None:
+    """The same core flow with an operator that drives helm v3."""
+    tools.require("helm3")
+    ns = f"h3-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    op = OperatorProcess(cluster, tools.helm3, tmp_path, e2e_watches, [ns])
+    op.start()
+    try:
+        helm3 = Helm(tools.helm3, cluster, tmp_path / "client")
+        assert helm3.major == 3
+        lifecycle(op, Resources(cluster, ns), helm3, cluster)
+        assert all("--labels" in c for c in op.helm_calls() if c.startswith("upgrade"))
+    finally:
+        op.stop()
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_schema_violation_stalls_without_helm_and_spares_others(
+    operator: OperatorProcess, res: Resources
+) -> None:
+    calls = len(operator.helm_calls())
+    res.apply(tiny("bad", replicas="three", nodeSelector={"zone": 1}))
+    res.apply(tiny("good"))
+    stalled = res.wait_condition(KIND, "bad", "Stalled")
+    assert stalled["reason"] == "InvalidValues"
+    assert "spec.replicas: 'three' is not of type 'integer'" in stalled["message"]
+    assert "spec.nodeSelector.zone: 1 is not of type 'string'" in stalled["message"]
+    assert res.condition(KIND, "bad", "Ready")["status"] == "False"
+    assert any(e["reason"] == "InvalidValues" and "spec.replicas" in e["message"] for e in res.events("bad"))
+    res.wait_condition(KIND, "good", "Ready")
+    assert not [c for c in operator.helm_calls()[calls:] if c.startswith("upgrade bad ")]
+
+    res.apply(tiny("bad", replicas=1))  # fixed: reconciles normally
+    res.wait_condition(KIND, "bad", "Ready")
+    assert res.condition(KIND, "bad", "Stalled")["status"] == "False"
+
+
+def test_render_failure_stalls_with_helms_error(operator: OperatorProcess, res: Resources) -> None:
+    res.apply(tiny("broken", failRender="the chart refuses these values"))
+    stalled = res.wait_condition(KIND, "broken", "Stalled")
+    assert stalled["reason"] == "RenderFailed"
+    assert "the chart refuses these values" in stalled["message"]
+    assert any(e["reason"] == "RenderFailed" for e in res.events("broken"))
+    # Deterministic failure: the resync (every 15s) does not run helm again for the same values.
+    tries = len(upgrades(operator, "broken"))
+    eventually(lambda: operator.handled("resync' succeeded") > 0, timeout=40, what="a resync")
+    assert len(upgrades(operator, "broken")) == tries == 1
+
+
+def test_long_dotted_name_gets_a_valid_release(
+    operator: OperatorProcess, res: Resources, helm4: Helm
+) -> None:
+    name = "db.primary.eu-west-1.production.example.com.instance-0001a"  # 58 chars with dots
+    assert len(name) > 53
+    res.apply(tiny(name))
+    res.wait_condition(KIND, name, "Ready")
+    rel = release_name(name)
+    assert rel != name and len(rel) <= 53 and "." not in rel
+    assert releases(helm4, res.ns)[rel]["status"] == "deployed"
+    assert res.get(KIND, name)["status"]["release"]["name"] == rel
+
+
+def test_failed_upgrade_rolls_back_and_history_stays_bounded(
+    operator: OperatorProcess, res: Resources, helm4: Helm
+) -> None:
+    res.apply(tiny("flaky", message="good"))
+    res.wait_condition(KIND, "flaky", "Ready")
+    res.apply(tiny("flaky", message="bad", replicas=-1))  # the API server rejects the Deployment
+    failed = res.wait_condition(KIND, "flaky", "Ready", status="False")
+    assert failed["reason"] == "UpgradeFailed"
+    remediated = res.wait_condition(KIND, "flaky", "Remediated", generation=False)
+    assert "rolled back" in remediated["message"]
+    assert releases(helm4, res.ns)["flaky"]["status"] == "deployed"
+    assert res.get("configmap", "flaky-config")["data"] == {"message": "good"}  # the rollback restored it
+    # Retries back off and stop; the history never grows past historyMax (3).
+    stalled = res.wait_condition(KIND, "flaky", "Stalled", timeout=180)
+    assert stalled["reason"] == "RetriesExhausted"
+    assert len(history(helm4, "flaky", res.ns)) <= 3
+    attempts = len(upgrades(operator, "flaky"))
+    assert attempts == 1 + 5  # the install, then max-retries upgrades
+    assert any(e["reason"] == "Remediated" for e in res.events("flaky"))
+
+
+def test_operator_killed_mid_upgrade_recovers(
+    operator: OperatorProcess, res: Resources, helm4: Helm, cluster: DevCluster
+) -> None:
+    res.apply(tiny("crash", message="before"))
+    res.wait_condition(KIND, "crash", "Ready")
+    # Pods of the new revision stay Pending until a node carries the label: `helm --wait` blocks.
+    label = f"hold-{res.ns[-4:]}"
+    res.apply(tiny("crash", message="after", nodeSelector={label: "yes"}))
+    eventually(
+        lambda: releases(helm4, res.ns)["crash"]["status"] == "pending-upgrade", what="pending-upgrade"
+    )
+    assert operator.proc is not None
+    operator.stop(signal.SIGKILL, group=True)
+    assert releases(helm4, res.ns)["crash"]["status"] == "pending-upgrade"
+
+    cluster.kubectl("label", "node", "node-000000", f"{label}=yes")
+    try:
+        operator.start()
+        res.wait_condition(KIND, "crash", "Ready", timeout=150)
+        assert releases(helm4, res.ns)["crash"]["status"] == "deployed"
+        assert res.get("configmap", "crash-config")["data"] == {"message": "after"}
+        statuses = [h["status"] for h in history(helm4, "crash", res.ns)]
+        assert "failed" in statuses and statuses[-1] == "deployed"
+        assert any(e["reason"] == "Unlocked" for e in res.events("crash"))
+    finally:
+        cluster.kubectl("label", "node", "node-000000", f"{label}-")
