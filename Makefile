@@ -19,7 +19,7 @@ tools:
 	tools/bootstrap
 
 demo: venv tools
-	$(BIN)/helm-operator dev demo
+	$(BIN)/helm-operator dev demo $(ARGS)
 
 lint: venv
 	$(BIN)/ruff check helm_operator tests

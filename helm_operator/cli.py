@@ -121,17 +121,77 @@ def cmd_dev_up(args: argparse.Namespace) -> int:
 
 
 def cmd_dev_demo(args: argparse.Namespace) -> int:
-    with DevCluster(args.name, nodes=args.nodes) as cluster:
+    """The main job on a laptop: cluster, CRDs, the operator on watches.yaml, the samples Ready."""
+    import subprocess
+    import tempfile
+
+    from helm_operator.tools import REPO_ROOT
+
+    with (
+        DevCluster(args.name, nodes=args.nodes) as cluster,
+        tempfile.NamedTemporaryFile(prefix="helm-operator-", suffix=".log", delete=False) as log,
+    ):
         print(f"cluster {cluster.name} is ready (kubeconfig {cluster.kubeconfig})")
-        print("readyz:", cluster.kubectl("get", "--raw", "/readyz").stdout.strip())
-        print(cluster.kubectl("version").stdout)
-        print(cluster.kubectl("get", "nodes", "-o", "wide").stdout)
-        print(cluster.kubectl("get", "pods", "-A").stdout or "(no pods)")
-        if args.keep:
-            print(f"export KUBECONFIG={cluster.kubeconfig}\nCtrl-C stops the cluster.")
-            sys.stdout.flush()
-            _wait_for_signal()
+        print(cluster.kubectl("get", "nodes").stdout)
+        cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        operator = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "helm_operator.cli",
+                "run",
+                "--watches-file",
+                str(args.watches_file),
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--namespace",
+                args.namespace,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            cluster.kubectl("create", "namespace", args.namespace)
+            print(f"operator running (log: {log.name}); applying samples/ to namespace {args.namespace}")
+            cluster.kubectl("apply", "-n", args.namespace, "-f", str(REPO_ROOT / "samples"))
+            wait = cluster.kubectl(
+                "wait",
+                "-n",
+                args.namespace,
+                "--for=condition=Ready",
+                "--timeout=300s",
+                *(f"{k}/{n}" for k, n in _sample_refs(REPO_ROOT / "samples")),
+                check=False,
+                timeout=330,
+            )
+            print(wait.stdout + wait.stderr)
+            print(cluster.kubectl("get", "-n", args.namespace, "helm-operator").stdout)
+            print(cluster.kubectl("get", "-n", args.namespace, "statefulsets,deployments,services").stdout)
+            if wait.returncode != 0:
+                print(f"some samples did not become Ready; operator log: {log.name}", file=sys.stderr)
+                return 1
+            if args.keep:
+                print(f"export KUBECONFIG={cluster.kubeconfig}\nCtrl-C stops the operator and the cluster.")
+                sys.stdout.flush()
+                _wait_for_signal()
+        finally:
+            operator.terminate()
+            operator.wait(150)
     return 0
+
+
+def _sample_refs(folder: Any) -> list[tuple[str, str]]:
+    """(resource, name) of every custom resource in the sample files."""
+    import yaml
+
+    refs = []
+    for path in sorted(folder.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
+                refs.append((f"{doc['kind'].lower()}.{group}".rstrip("."), doc["metadata"]["name"]))
+    return refs
 
 
 def cmd_dev_reap(args: argparse.Namespace) -> int:
@@ -173,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--nodes", type=int, default=2, help="fake KWOK nodes")
         p.set_defaults(func=func)
         if name == "demo":
-            p.add_argument("--keep", action="store_true", help="keep the cluster running until Ctrl-C")
+            p.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
+            p.add_argument("--watches-file", default="watches.yaml")
+            p.add_argument("--namespace", default="demo", help="where the samples are applied")
     reap = dev_sub.add_parser("reap", help="remove clusters whose owning process died")
     reap.set_defaults(func=cmd_dev_reap)
     return parser

@@ -112,8 +112,7 @@ TINY_WATCH = {
 def crds(cluster: DevCluster) -> None:
     """The sample CRDs and the test CRDs, established."""
     for folder in (REPO / "crds", REPO / "tests/e2e/crds"):
-        for crd in sorted(folder.glob("*.yaml")):
-            cluster.kubectl("apply", "-f", str(crd))
+        cluster.kubectl("apply", "-f", str(folder))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 
 

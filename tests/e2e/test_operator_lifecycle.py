@@ -212,3 +212,30 @@ def test_operator_killed_mid_upgrade_recovers(
         assert any(e["reason"] == "Unlocked" for e in res.events("crash"))
     finally:
         cluster.kubectl("label", "node", "node-000000", f"{label}-")
+
+
+def test_sigterm_lets_a_running_upgrade_finish(
+    operator: OperatorProcess, res: Resources, helm4: Helm, cluster: DevCluster
+) -> None:
+    res.apply(tiny("graceful", message="before"))
+    res.wait_condition(KIND, "graceful", "Ready")
+    label = f"hold-{res.ns[-4:]}"
+    res.apply(tiny("graceful", message="after", nodeSelector={label: "yes"}))
+    eventually(
+        lambda: releases(helm4, res.ns)["graceful"]["status"] == "pending-upgrade", what="pending-upgrade"
+    )
+    assert operator.proc is not None
+    operator.proc.send_signal(signal.SIGTERM)
+    try:
+        eventually(
+            lambda: "Signal SIGTERM is received" in operator.log(), timeout=10, what="SIGTERM received"
+        )
+        assert operator.proc.poll() is None, "the operator must wait for the running helm upgrade"
+        cluster.kubectl("label", "node", "node-000001", f"{label}=yes")
+        assert operator.stop(timeout=120) == 0
+        assert releases(helm4, res.ns)["graceful"]["status"] == "deployed"
+        assert releases(helm4, res.ns)["graceful"]["revision"] == "2"
+    finally:
+        cluster.kubectl("label", "node", "node-000001", f"{label}-")
+        operator.start()
+    res.wait_condition(KIND, "graceful", "Ready")

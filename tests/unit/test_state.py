@@ -166,3 +166,11 @@ def test_owner_id_is_label_safe_and_distinct() -> None:
     a = owner_id("g", "K", "ns", "n")
     assert re.fullmatch(r"[0-9a-f]{40}", a)
     assert a != owner_id("g", "K", "ns2", "n")
+
+
+def test_permanent_failure_is_not_retried_until_values_change() -> None:
+    permanent = Attempts(DIGEST, failures=1, last_attempt=0.0, permanent=True)
+    assert _plan(ReleaseState.ABSENT, None, permanent, now=1e9) is Action.GIVE_UP
+    assert _plan(ReleaseState.OUT_OF_SYNC, rel(digest="old"), permanent) is Action.GIVE_UP
+    changed = Attempts("another", failures=1, last_attempt=0.0, permanent=True)
+    assert _plan(ReleaseState.ABSENT, None, changed) is Action.INSTALL

@@ -98,3 +98,17 @@ def test_mask_hides_secret_values() -> None:
     values = {"config": "password=88888888", "db": {"adminPassword": "hunter2"}, "replicas": 3}
     msg = mask("failed: password=88888888 and hunter2 with 3 replicas", values)
     assert "88888888" not in msg and "hunter2" not in msg and "3 replicas" in msg
+
+
+def test_next_attempts() -> None:
+    from helm_operator.release.state import Attempts
+    from helm_operator.status import next_attempts
+
+    failed = Outcome("failed", "UpgradeFailed", "x", action="upgrade", digest="d")
+    a1 = next_attempts(Attempts(), failed, 10.7)
+    assert (a1.digest, a1.failures, a1.last_attempt, a1.reason) == ("d", 1, 10.0, "UpgradeFailed")
+    assert next_attempts(a1, failed, 20).failures == 2
+    render = Outcome("stalled", "RenderFailed", "x", action="install", digest="d", permanent=True)
+    assert next_attempts(a1, render, 30).permanent
+    assert next_attempts(a1, Outcome("progressing", "RetryPending", "wait"), 30) == a1
+    assert next_attempts(a1, Outcome("ready", "UpgradeSucceeded", "ok"), 30) == Attempts()

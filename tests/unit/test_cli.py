@@ -1,0 +1,50 @@
+"""Configuration errors stop `helm-operator run` before it touches any cluster: exit 2, precise text."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "helm_operator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "KUBECONFIG": "/nonexistent"},
+    )
+
+
+def test_invalid_watches_file_exits_2_with_file_entry_and_field(tmp_path: Path) -> None:
+    watches = tmp_path / "watches.yaml"
+    watches.write_text("- {group: g, version: v1, kind: A, chart: nowhere}\n")
+    proc = run("run", "--watches-file", str(watches))
+    assert proc.returncode == 2
+    assert (
+        f"{watches}: entry 0: field 'chart': no chart directory or .tgz at {tmp_path / 'nowhere'}"
+        in proc.stderr
+    )
+
+
+def test_missing_watches_file_exits_2(tmp_path: Path) -> None:
+    proc = run("run", "--watches-file", str(tmp_path / "absent.yaml"))
+    assert proc.returncode == 2
+    assert "cannot read the file" in proc.stderr
+
+
+def test_the_shipped_watches_file_is_valid() -> None:
+    from helm_operator.watches import load_watches
+
+    repo = Path(__file__).resolve().parents[2]
+    kinds = {w.kind: w for w in load_watches(repo / "watches.yaml")}
+    assert set(kinds) == {
+        "AppService",
+        "MicroServiceDeploy",
+        "PostgreSQLCluster",
+        "EtcdCluster",
+        "Memcached",
+        "Nginx",
+    }
+    assert kinds["Nginx"].plural == "nginxes"
