@@ -105,6 +105,7 @@ TINY_WATCH = {
     "historyMax": 3,
     "timeout": "60s",
     "reconcilePeriod": "15s",
+    "overrideValues": {"image": "registry.example/tiny:${TINY_TAG}"},  # OperatorProcess sets TINY_TAG
 }
 
 

@@ -82,6 +82,7 @@ class OperatorProcess:
             "HELM_CACHE_HOME": str(self.workdir / "helm-cache"),
             "HELM_CONFIG_HOME": str(self.workdir / "helm-config"),
             "HELM_DATA_HOME": str(self.workdir / "helm-data"),
+            "TINY_TAG": "2.0",
         }
         # Its own session: SIGKILL of the group kills helm children too, as when a Pod dies.
         self.proc = subprocess.Popen(

@@ -55,10 +55,14 @@ def lifecycle(op: OperatorProcess, res: Resources, helm: Helm, cluster: DevClust
     res.wait_condition(KIND, "web", "Ready")
     rel = releases(helm, ns)["web"]
     assert (rel["status"], rel["revision"]) == ("deployed", "1")
+    # The spec plus the watch's overrideValues (with $TINY_TAG expanded from the operator's environment).
     assert json.loads(helm("get", "values", "web", "-n", ns, "-o", "json").stdout) == {
         "message": "one",
         "replicas": 2,
+        "image": "registry.example/tiny:2.0",
     }
+    deployment = res.get("deployment", "web")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/tiny:2.0"
     assert res.get("configmap", "web-config")["data"] == {"message": "one"}
     status = res.get(KIND, "web")["status"]
     assert status["release"]["revision"] == 1 and status["release"]["chart"] == "tiny"

@@ -1,0 +1,160 @@
+"""Every sample kind end to end with the shipped watches.yaml, charts, CRDs and sample resources."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helm_operator.devcluster import DevCluster
+from helm_operator.tools import Toolchain
+
+from .conftest import Helm
+from .operator import REPO, OperatorProcess, Resources, eventually
+
+
+@dataclass(frozen=True)
+class Case:
+    sample: str  # file in samples/
+    resource: str  # plural.group
+    change: dict[str, Any]  # merged into the spec
+    workload: tuple[str, str]  # (kind, jsonpath) that must show the change
+    expected: str
+
+
+CASES = {
+    "appservice": Case(
+        "appservice.yaml", "appservices.app.example.com", {"size": 3}, ("deployment", "{.spec.replicas}"), "3"
+    ),
+    "microservicedeploy": Case(
+        "microservicedeploy.yaml",
+        "microservicedeploys.custom.ops",
+        {"idle": True},
+        ("deployment", "{.spec.replicas}"),
+        "0",
+    ),
+    "postgresqlcluster": Case(
+        "postgresqlcluster.yaml",
+        "postgresqlclusters.postgresql.example.com",
+        {"replicas": 2},
+        ("statefulset", "{.spec.replicas}"),
+        "2",
+    ),
+    "etcdcluster": Case(
+        "etcdcluster.yaml",
+        "etcdclusters.etcd.database.coreos.com",
+        {"size": 2},
+        ("statefulset", "{.spec.replicas}"),
+        "2",
+    ),
+    "memcached": Case(
+        "memcached.yaml", "memcacheds.cache.example.com", {"size": 2}, ("deployment", "{.spec.replicas}"), "2"
+    ),
+    "nginx": Case(
+        "nginx.yaml", "nginxes.example.com", {"replicaCount": 2}, ("deployment", "{.spec.replicas}"), "2"
+    ),
+}
+
+
+def load_sample(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((REPO / "samples" / name).read_text())
+    return doc
+
+
+def manifest_objects(helm: Helm, release: str, ns: str) -> list[tuple[str, str]]:
+    out = helm("get", "manifest", release, "-n", ns).stdout
+    return [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out) if d]
+
+
+def revision(helm: Helm, release: str, ns: str) -> int:
+    out = json.loads(helm("list", "-n", ns, "-o", "json").stdout)
+    return next(int(r["revision"]) for r in out if r["name"] == release)
+
+
+@pytest.fixture
+def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
+    return Helm(tools.helm, cluster, tmp_path)
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_sample_lifecycle(case: Case, operator: OperatorProcess, res: Resources, helm4: Helm) -> None:
+    cr = load_sample(case.sample)
+    name = cr["metadata"]["name"]
+    res.apply(cr)
+    res.wait_condition(case.resource, name, "Ready", timeout=240)
+
+    releases = json.loads(helm4("list", "-n", res.ns, "-o", "json").stdout)
+    assert [(r["name"], r["status"], r["revision"]) for r in releases] == [(name, "deployed", "1")]
+    values = json.loads(helm4("get", "values", name, "-n", res.ns, "-o", "json").stdout)
+    assert values == (cr.get("spec") or {})
+    objects = manifest_objects(helm4, name, res.ns)
+    assert objects, "the chart rendered nothing"
+    for kind, obj in objects:
+        assert res.exists(kind.lower(), obj), f"{kind}/{obj} of the release is missing"
+    status = res.get(case.resource, name)["status"]
+    assert status["release"]["revision"] == 1 and status["observedGeneration"] == 1
+
+    # A spec change: exactly one upgrade, and the objects follow.
+    calls = len(operator.helm_calls())
+    cr["spec"] = {**(cr.get("spec") or {}), **case.change}
+    res.apply(cr)
+    eventually(lambda: revision(helm4, name, res.ns) == 2, what="revision 2")
+    res.wait_condition(case.resource, name, "Ready", timeout=240)
+    kind, path = case.workload
+    live = res.cluster.kubectl("get", kind, name, "-n", res.ns, "-o", f"jsonpath={path}").stdout
+    assert live == case.expected
+    assert len(operator.helm_calls()) - calls == 1, operator.helm_calls()[calls:]
+
+    # Same spec again and an operator restart: no helm process, no new revision.
+    calls = len(operator.helm_calls())
+    res.apply(cr)
+    operator.restart()
+    eventually(lambda: operator.handled("resume' succeeded") >= 1, what="resume after restart")
+    assert operator.helm_calls()[calls:] == []
+    assert revision(helm4, name, res.ns) == 2
+
+    res.delete(case.resource, name)
+    assert not res.exists(case.resource, name)
+    assert json.loads(helm4("list", "-n", res.ns, "-o", "json").stdout) == []
+    for kind, obj in objects:
+        eventually(lambda k=kind, o=obj: not res.exists(k.lower(), o), timeout=60, what=f"{kind}/{obj} gone")
+
+
+def test_sample_crs_show_readiness_in_kubectl_get(operator: OperatorProcess, res: Resources) -> None:
+    """Printer columns and `kubectl wait` work on the sample kinds."""
+    cr = load_sample("memcached.yaml")
+    res.apply(cr)
+    res.cluster.kubectl(
+        "wait",
+        "--for=condition=Ready",
+        f"memcacheds.cache.example.com/{cr['metadata']['name']}",
+        "-n",
+        res.ns,
+        "--timeout=120s",
+        timeout=130,
+    )
+    table = res.cluster.kubectl("get", "memcacheds.cache.example.com", "-n", res.ns).stdout
+    header, row = table.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "READY", "REVISION", "CHART"]
+    assert row.split()[:4] == [cr["metadata"]["name"], "True", "1", "0.1.0"]
+
+
+@pytest.mark.parametrize("chart", sorted(p.name for p in (REPO / "charts").iterdir()))
+def test_chart_passes_helm_lint_with_its_sample(chart: str, tools: Toolchain, tmp_path: Path) -> None:
+    samples = {c.sample.removesuffix(".yaml"): c for c in CASES.values()}
+    spec = load_sample(samples[chart].sample).get("spec") or {}
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(spec))
+    for extra in ([], ["--values", str(values)]):
+        proc = subprocess.run(
+            [str(tools.helm), "lint", str(REPO / "charts" / chart), *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
