@@ -27,6 +27,7 @@ def _helm_executable(explicit: str | None) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import os
+    import tempfile
     from pathlib import Path
 
     import kopf
@@ -62,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             executable=_helm_executable(args.helm),
             kubeconfig=Path(kubeconfig) if kubeconfig else None,
             max_processes=args.max_helm_processes,
+            postrender_dir=Path(tempfile.mkdtemp(prefix="helm-operator-")),
         )
     )
     retry = RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries)

@@ -59,7 +59,9 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry) ->
         body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, **_: Any
     ) -> None:
         async with slots:
-            result = await reconcile(runtime, watch, meta.namespace, meta.name, dict(spec), dict(status))
+            result = await reconcile(
+                runtime, watch, meta.namespace, meta.name, dict(spec), dict(status), meta.uid
+            )
         _apply(result, body, status, patch, int(meta.get("generation") or 0))
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)

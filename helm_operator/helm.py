@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any
 
 from pyhelm3 import Command, errors
 
+from helm_operator import postrender
+from helm_operator.release.state import OWNER_LABEL
 from helm_operator.watches import ChartRef
 
 _extra_args: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("helm_extra_args", default=())
@@ -100,6 +103,7 @@ class HelmSettings:
     kubeconfig: Path | None = None
     max_processes: int = 4
     shutdown_grace: float = 120.0
+    postrender_dir: Path | None = None  # where the ownership post-renderer is laid out; None: off
 
 
 class Helm:
@@ -109,6 +113,21 @@ class Helm:
         self.settings = settings
         self._cmd = _Command(executable=settings.executable, kubeconfig=settings.kubeconfig)
         self._slots = asyncio.Semaphore(settings.max_processes)
+        self._postrender_ready = False
+
+    async def _prepare_postrender(self) -> bool:
+        """Lay out the post-renderer once, on the first install/upgrade (not at start-up: a restart
+        with nothing to do must not start helm). Helm 4 needs it as a plugin, Helm 3 on PATH."""
+        if self.settings.postrender_dir is None:
+            return False
+        if not self._postrender_ready:
+            env = postrender.install(self.settings.postrender_dir)
+            major = (await asyncio.to_thread(self._cmd.client_version)).major
+            os.environ["PATH"] = env["PATH"]
+            if major >= 4:
+                os.environ["HELM_PLUGINS"] = env["HELM_PLUGINS"]
+            self._postrender_ready = True
+        return True
 
     @property
     def invocations(self) -> int:
@@ -145,10 +164,13 @@ class Helm:
         timeout: float,
         wait: bool,
         history_max: int,
+        owner_ref: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         extra = ["--history-max", str(history_max)]
         if labels:
             extra += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
+        if await self._prepare_postrender():
+            extra += postrender.args_for(labels[OWNER_LABEL], owner_ref, namespace)
         chart_ref: Path | str = chart.path if chart.path is not None else chart.ref
 
         async def go() -> Any:

@@ -87,6 +87,7 @@ async def reconcile(
     name: str,
     spec: Mapping[str, Any] | None,
     status: Mapping[str, Any],
+    uid: str | None = None,
 ) -> Result:
     rel_name, rel_ns, owner = target_for(watch, namespace, name)
     values = user_values(spec, watch.override_values)
@@ -106,7 +107,10 @@ async def reconcile(
         return Result(Outcome("stalled", "InvalidValues", msg), events=(("Warning", "InvalidValues", msg),))
 
     desired = values_digest(chart, values)
-    target = Target(watch, rel_name, rel_ns, owner, desired, values)
+    owner_ref = None
+    if uid:
+        owner_ref = {"apiVersion": watch.api_version, "kind": watch.kind, "name": name, "uid": uid}
+    target = Target(watch, rel_name, rel_ns, owner, desired, values, owner_ref)
     key = f"{rel_ns}/{rel_name}"
     events: list[tuple[str, str, str]] = []
 

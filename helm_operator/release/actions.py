@@ -30,6 +30,7 @@ class Target:
     owner: str
     digest: str
     values: Mapping[str, Any]
+    owner_ref: Mapping[str, Any] | None = None  # an ownerReference to the CR, for rendered objects
 
     @property
     def labels(self) -> dict[str, str]:
@@ -51,6 +52,7 @@ async def _apply(helm: Helm, core: client.CoreV1Api, t: Target) -> StoredRelease
         timeout=w.timeout,
         wait=w.wait,
         history_max=w.history_max,
+        owner_ref=t.owner_ref,
     )
     return await read(core, t)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helm_operator.devcluster import DevCluster
-from helm_operator.release.state import release_name
+from helm_operator.release.state import OWNER_LABEL, owner_id, release_name
 from helm_operator.tools import Toolchain
 
 from .conftest import Helm
@@ -63,6 +63,13 @@ def lifecycle(op: OperatorProcess, res: Resources, helm: Helm, cluster: DevClust
     }
     deployment = res.get("deployment", "web")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/tiny:2.0"
+    # Ownership marks from the post-renderer: the owner label and an ownerReference to the CR.
+    cr_uid = res.get(KIND, "web")["metadata"]["uid"]
+    for obj in (deployment, res.get("configmap", "web-config")):
+        assert obj["metadata"]["labels"][OWNER_LABEL] == owner_id("test.helm-operator.io", "Tiny", ns, "web")
+        assert [(r["kind"], r["name"], r["uid"]) for r in obj["metadata"]["ownerReferences"]] == [
+            ("Tiny", "web", cr_uid)
+        ]
     assert res.get("configmap", "web-config")["data"] == {"message": "one"}
     status = res.get(KIND, "web")["status"]
     assert status["release"]["revision"] == 1 and status["release"]["chart"] == "tiny"
