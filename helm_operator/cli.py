@@ -26,15 +26,19 @@ def _helm_executable(explicit: str | None) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
     import os
     import tempfile
     from pathlib import Path
 
     import kopf
+    import prometheus_client
     from kubernetes import client, config
 
-    from helm_operator.controller import configure, register
+    from helm_operator.controller import DriftScheduler, configure, register
+    from helm_operator.dependents import DependentWatches
     from helm_operator.helm import Helm, HelmSettings
+    from helm_operator.kube import Kube
     from helm_operator.reconciler import Runtime
     from helm_operator.release.state import RetryPolicy
 
@@ -67,7 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     )
     retry = RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries)
-    runtime = Runtime(helm=helm, core=client.CoreV1Api(), retry=retry)
+    runtime = Runtime(helm=helm, kube=Kube(client.ApiClient()), retry=retry)
+    drift = DriftScheduler(runtime)
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -81,15 +86,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         return info
 
     @kopf.on.startup(registry=registry)
-    def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
+        loop = asyncio.get_running_loop()
+        runtime.dependents = DependentWatches(
+            runtime.kube, lambda owner: loop.call_soon_threadsafe(drift.poke, owner)
+        )
+        if args.metrics_port:
+            prometheus_client.start_http_server(args.metrics_port, addr="127.0.0.1")
 
     @kopf.on.cleanup(registry=registry)
     def _cleanup(**_: Any) -> None:
         runtime.draining = True
+        if runtime.dependents is not None:
+            runtime.dependents.stop()
 
     for watch in watches:
-        register(watch, runtime, registry)
+        register(watch, runtime, registry, drift)
         logging.info("watching %s (%s) -> chart %s", watch.kind, watch.api_version, watch.chart.ref)
     # No `helm version` here: a restart must not start a single helm process when nothing changed.
     logging.info("helm: %s; namespaces: %s", helm.settings.executable, ", ".join(namespaces) or "all")
@@ -222,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-base", type=float, default=5.0, help="first retry delay after a failure (s)")
     run.add_argument("--retry-cap", type=float, default=300.0, help="longest retry delay (s)")
     run.add_argument("--max-retries", type=int, default=5, help="failures per spec before giving up")
+    run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT")
     run.set_defaults(func=cmd_run)
 
     dev = sub.add_parser("dev", help="a local control plane built from source (KWOK nodes)")

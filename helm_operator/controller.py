@@ -14,8 +14,18 @@ from typing import Any
 
 import kopf
 
-from helm_operator.reconciler import Result, Runtime, finalize, reconcile
-from helm_operator.status import status_patch
+from helm_operator.kube import ObjectRef
+from helm_operator.metrics import DRIFT_DETECTED
+from helm_operator.reconciler import (
+    DriftReport,
+    Result,
+    Runtime,
+    check_drift,
+    finalize,
+    reconcile,
+    target_for,
+)
+from helm_operator.status import merge_conditions, status_patch
 from helm_operator.watches import Watch, selector_matches
 
 log = logging.getLogger(__name__)
@@ -45,7 +55,94 @@ def _apply(
         patch.status[key] = value
 
 
-def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry) -> None:
+def drift_condition(report: DriftReport) -> tuple[str, bool, str, str]:
+    """The ``Drifted`` condition for a drift check (paths only: no values, so no secrets)."""
+    if report.mode == "disabled":
+        return ("Drifted", False, "DriftCheckDisabled", "drift checks are disabled by annotation")
+    if not report.drifts:
+        return ("Drifted", False, "NoDrift", "live objects match the deployed release")
+    summary = "; ".join(d.summary() for d in report.drifts)
+    if report.corrected:
+        return ("Drifted", False, "DriftCorrected", f"corrected: {summary}")
+    return ("Drifted", True, "DriftDetected", summary)
+
+
+def drift_events(watch: Watch, report: DriftReport) -> list[tuple[str, str, str]]:
+    events = []
+    for d in report.drifts:
+        DRIFT_DETECTED.labels(watch=watch.key, object_kind=d.kind).inc()
+        if report.corrected:
+            events.append(("Normal", "DriftCorrected", f"re-asserted {d.summary()}"))
+        else:
+            events.append(("Warning", "DriftDetected", d.summary()))
+    return events
+
+
+class DriftScheduler:
+    """Debounced drift checks for owners whose objects changed (from the dependent watches).
+
+    Runs outside kopf handlers, so it writes status and Events through the API itself. A change
+    that arrives while a check runs for the same owner queues exactly one more check.
+    """
+
+    def __init__(self, runtime: Runtime, debounce: float = 0.05) -> None:
+        self.runtime = runtime
+        self.debounce = debounce
+        self.owners: dict[str, tuple[Watch, str | None, str]] = {}
+        self._state: dict[str, bool] = {}  # owner -> a further check is due
+
+    def poke(self, owner: str) -> None:
+        if owner not in self.owners:
+            return
+        if owner in self._state:
+            self._state[owner] = True
+            return
+        self._state[owner] = False
+        asyncio.get_running_loop().create_task(self._run(owner))
+
+    async def _run(self, owner: str) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.debounce)
+                await self._check(owner)
+                if not self._state.get(owner):
+                    break
+                self._state[owner] = False
+        except Exception:
+            log.exception("drift check for owner %s failed", owner)
+        finally:
+            self._state.pop(owner, None)
+
+    async def _check(self, owner: str) -> None:
+        entry = self.owners.get(owner)
+        if entry is None:
+            return
+        watch, namespace, name = entry
+        kube = self.runtime.kube
+        ref = ObjectRef(watch.api_version, watch.kind, name, namespace)
+        body = await asyncio.to_thread(kube.get_custom, ref, watch.plural)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        ref = ObjectRef(watch.api_version, watch.kind, name, namespace, body["metadata"]["uid"])
+        report = await check_drift(
+            self.runtime, watch, namespace, name, body["metadata"].get("annotations") or {}
+        )
+        if report is None:
+            return
+        for etype, reason, message in drift_events(watch, report):
+            await asyncio.to_thread(kube.event, ref, etype, reason, message)
+        status = body.get("status") or {}
+        conditions = merge_conditions(
+            status.get("conditions", []),
+            [drift_condition(report)],
+            int(body["metadata"].get("generation") or 0),
+            time.time(),
+        )
+        if conditions != status.get("conditions"):
+            await asyncio.to_thread(kube.patch_status, ref, watch.plural, {"conditions": conditions})
+
+
+def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, drift: DriftScheduler) -> None:
     """Register create/update/resume/resync/delete handlers for one watched kind."""
     slots = asyncio.Semaphore(watch.max_concurrent_reconciles)
     gvr: dict[str, Any] = dict(group=watch.group, version=watch.version, plural=watch.plural)
@@ -62,9 +159,21 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry) ->
             result = await reconcile(
                 runtime, watch, meta.namespace, meta.name, dict(spec), dict(status), meta.uid
             )
-        _apply(result, body, status, patch, int(meta.get("generation") or 0))
+        generation = int(meta.get("generation") or 0)
+        _apply(result, body, status, patch, generation)
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
+        if result.outcome.phase == "ready":
+            # The safety net: every reconcile (also on resume and each resync) checks drift.
+            owner = target_for(watch, meta.namespace, meta.name)[2]
+            drift.owners[owner] = (watch, meta.namespace, meta.name)
+            report = await check_drift(runtime, watch, meta.namespace, meta.name, dict(meta.annotations))
+            if report is not None:
+                for etype, reason, message in drift_events(watch, report):
+                    kopf.event(body, type=etype, reason=reason, message=message)
+                patch.status["conditions"] = merge_conditions(
+                    patch.status["conditions"], [drift_condition(report)], generation, time.time()
+                )
 
     async def on_delete(body: kopf.Body, meta: kopf.Meta, **_: Any) -> None:
         async with slots:
@@ -73,6 +182,10 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry) ->
             except RuntimeError as exc:
                 kopf.event(body, type="Warning", reason="UninstallFailed", message=str(exc))
                 raise kopf.TemporaryError(str(exc), delay=10) from None
+        owner = target_for(watch, meta.namespace, meta.name)[2]
+        drift.owners.pop(owner, None)
+        if runtime.dependents is not None:
+            runtime.dependents.release(owner)
         kopf.event(body, type="Normal", reason="Uninstalled", message=message)
 
     common: dict[str, Any] = dict(registry=registry, labels=labels or None, **filters)

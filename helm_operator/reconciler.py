@@ -14,9 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from kubernetes import client
 
+from helm_operator.dependents import DependentWatches
+from helm_operator.drift import ObjectDrift, detect
 from helm_operator.helm import Helm, HelmError, mask
+from helm_operator.kube import Kube
+from helm_operator.metrics import DRIFT_CORRECTIONS
 from helm_operator.release import actions
 from helm_operator.release.actions import Target
 from helm_operator.release.state import (
@@ -43,13 +48,18 @@ class Runtime:
     """Shared adapters and the concurrency limits of one operator process."""
 
     helm: Helm
-    core: client.CoreV1Api
+    kube: Kube
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     # Failure memory per release, newer than the CR status a handler may have been given.
     attempts: dict[str, Attempts] = field(default_factory=dict)
     draining: bool = False
+    dependents: DependentWatches | None = None
     _charts: dict[str, tuple[float, ChartInfo]] = field(default_factory=dict)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return self.kube.core
 
     def chart(self, watch: Watch) -> ChartInfo:
         """Chart metadata, cached until a file of the chart changes."""
@@ -215,3 +225,47 @@ async def finalize(rt: Runtime, watch: Watch, namespace: str | None, name: str) 
         except HelmError as exc:
             raise RuntimeError(f"uninstall of {rel_name} failed: {exc.message}") from None
     return f"release {rel_name} uninstalled"
+
+
+DRIFT_ANNOTATION = "helm-operator.io/drift"  # "warn": report only; "disabled": no checks
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    mode: str
+    drifts: tuple[ObjectDrift, ...] = ()
+    corrected: bool = False
+
+
+async def check_drift(
+    rt: Runtime, watch: Watch, namespace: str | None, name: str, annotations: Mapping[str, str]
+) -> DriftReport | None:
+    """Compare the deployed manifest with the live objects; re-assert what drifted.
+
+    Runs under the release lock, so it never races an install, upgrade or hook. Returns None when
+    there is no deployed release of ours to compare with. Also keeps the dependent watches in step
+    with the kinds the release uses.
+    """
+    rel_name, rel_ns, owner = target_for(watch, namespace, name)
+    mode = annotations.get(DRIFT_ANNOTATION, "enabled")
+    if mode not in ("enabled", "warn", "disabled"):
+        mode = "enabled"
+    target = Target(watch, rel_name, rel_ns, owner, "", {})
+    async with rt.locks[f"{rel_ns}/{rel_name}"]:
+        release = await actions.read(rt.core, target)
+        if release is None or release.status != "deployed" or release.owner != owner:
+            return None
+        docs = [d for d in yaml.safe_load_all(release.manifest) if isinstance(d, dict) and d.get("kind")]
+        if rt.dependents is not None and watch.watch_dependent_resources:
+            rt.dependents.use(owner, {(str(d["apiVersion"]), str(d["kind"])) for d in docs})
+        if mode == "disabled":
+            return DriftReport(mode)
+        live = await asyncio.to_thread(rt.kube.live_objects, docs, rel_ns)
+        drifts = tuple(detect(docs, live, watch.drift_ignore))
+        if not drifts or mode == "warn":
+            return DriftReport(mode, drifts)
+        by_ref = {(str(d["kind"]), str(d["metadata"]["name"])): d for d in docs}
+        for drift in drifts:
+            await asyncio.to_thread(rt.kube.apply, by_ref[(drift.kind, drift.name)], rel_ns)
+            DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=drift.kind).inc()
+        return DriftReport(mode, drifts, corrected=True)

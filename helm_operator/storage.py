@@ -58,6 +58,7 @@ def latest_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRe
         chart_version=str(meta.get("version", "")),
         app_version=str(meta.get("appVersion", "") or ""),
         ever_deployed=bool(statuses & {"deployed", "superseded"}),
+        manifest=str(body.get("manifest") or ""),
     )
 
 

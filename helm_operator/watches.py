@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import yaml
 
+from helm_operator.drift import IgnoreRule
+
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _ENV_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -68,6 +70,7 @@ class Watch:
     history_max: int = 5
     rollback_on_failure: bool = True
     hooks: str | None = None
+    drift_ignore: tuple[IgnoreRule, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -285,6 +288,20 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
 
     hooks = string("hooks")
 
+    drift_ignore = []
+    raw_ignore = raw.get("driftIgnore", []) or []
+    if not isinstance(raw_ignore, list):
+        raise fail("driftIgnore", "expected a list of {path, kind?, name?}")
+    for i, rule in enumerate(raw_ignore):
+        if (
+            not isinstance(rule, Mapping)
+            or set(rule) - {"path", "kind", "name"}
+            or not isinstance(rule.get("path"), str)
+            or not rule["path"].startswith("/")
+        ):
+            raise fail(f"driftIgnore[{i}]", "expected {path: /json/pointer, kind: optional, name: optional}")
+        drift_ignore.append(IgnoreRule(rule["path"], rule.get("kind"), rule.get("name")))
+
     return Watch(
         group=group,
         version=version,
@@ -303,6 +320,7 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         history_max=integer("historyMax", 5, 1),
         rollback_on_failure=rollback,
         hooks=hooks,
+        drift_ignore=tuple(drift_ignore),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 MAX_RELEASE_NAME = 53
@@ -55,6 +55,7 @@ class StoredRelease:
     chart_version: str = ""
     app_version: str = ""
     ever_deployed: bool = False
+    manifest: str = field(default="", repr=False, compare=False)  # the rendered objects (YAML stream)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,160 @@
+"""Watches of the objects releases create, filtered server-side by the owner label.
+
+One watch per kind that some deployed release uses, started when the first release uses it and
+stopped when the last one no longer does. The API server only sends objects that carry the owner
+label, so unrelated Deployments or ConfigMaps never reach (or fill the memory of) the operator.
+An update that changes more than status, or a deletion, reports the owner id through ``notify``.
+Watches run in threads: the kubernetes client is synchronous.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from helm_operator.kube import Kube
+from helm_operator.metrics import DEPENDENT_CACHE
+from helm_operator.release.state import OWNER_LABEL
+
+log = logging.getLogger(__name__)
+
+Kind = tuple[str, str]  # (apiVersion, kind)
+SELECTOR = OWNER_LABEL  # "the label exists": every object any release of this operator created
+
+
+def signature(obj: Mapping[str, Any]) -> str:
+    """What must change for an event to count: everything but status and bookkeeping metadata."""
+    meta = dict(obj.get("metadata") or {})
+    for k in ("resourceVersion", "managedFields", "generation"):
+        meta.pop(k, None)
+    if (obj.get("metadata") or {}).get("generation") is not None:
+        # Objects with a generation bump it on every spec change; status writes do not.
+        body: dict[str, Any] = {
+            "generation": obj["metadata"]["generation"],
+            "labels": meta.get("labels"),
+            "annotations": meta.get("annotations"),
+        }
+    else:
+        body = {k: v for k, v in obj.items() if k != "status"}
+        body["metadata"] = meta
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class _KindWatch:
+    def __init__(self, kube: Kube, kind: Kind, notify: Callable[[str], object]) -> None:
+        self.kube, self.kind, self.notify = kube, kind, notify
+        self.cache: dict[tuple[str, str], str] = {}  # (namespace, name) -> signature
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"watch-{kind[1]}", daemon=True)
+        self.label = f"{kind[1]}.{kind[0]}"
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self._list_and_watch()
+            except ApiException as exc:
+                if exc.status != 410:  # 410 Gone: the resourceVersion expired, list again
+                    log.warning("watch of %s failed: %s; retrying", self.kind[1], exc.reason)
+                    self.stopped.wait(2)
+            except Exception:
+                log.exception("watch of %s failed; retrying", self.kind[1])
+                self.stopped.wait(2)
+
+    def _list_and_watch(self) -> None:
+        res = self.kube.resource(*self.kind)
+        listing = res.get(label_selector=SELECTOR)
+        self.cache = {
+            ((i["metadata"].get("namespace") or ""), i["metadata"]["name"]): signature(i)
+            for i in (item.to_dict() for item in listing.items)
+        }
+        DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
+        rv = listing.metadata.resourceVersion
+        w = k8s_watch.Watch()
+        while not self.stopped.is_set():
+            for event in self.kube.dyn.watch(
+                res, label_selector=SELECTOR, resource_version=rv, timeout=10, watcher=w
+            ):
+                if self.stopped.is_set():
+                    w.stop()
+                    return
+                obj = event["raw_object"]
+                rv = obj["metadata"].get("resourceVersion", rv)
+                if event["type"] in ("BOOKMARK", "ERROR"):
+                    if event["type"] == "ERROR":
+                        raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
+                    continue
+                self._handle(event["type"], obj)
+
+    def _handle(self, etype: str, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("namespace") or "", meta["name"])
+        owner = (meta.get("labels") or {}).get(OWNER_LABEL)
+        if etype == "DELETED":
+            self.cache.pop(key, None)
+            DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
+        else:
+            sig = signature(obj)
+            if self.cache.get(key) == sig:
+                return  # status-only or no-op update
+            self.cache[key] = sig
+            DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
+            if etype == "ADDED":
+                return  # created by helm or by a correction: nothing drifted
+        if owner:
+            self.notify(owner)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        DEPENDENT_CACHE.remove(self.label)
+
+
+class DependentWatches:
+    """Reference-counted watches: owner -> kinds its release uses."""
+
+    def __init__(self, kube: Kube, notify: Callable[[str], object]) -> None:
+        self.kube = kube
+        self.notify = notify
+        self._uses: dict[str, set[Kind]] = {}
+        self._watches: dict[Kind, _KindWatch] = {}
+        self._lock = threading.Lock()
+
+    def use(self, owner: str, kinds: Iterable[Kind]) -> None:
+        with self._lock:
+            self._uses[owner] = set(kinds)
+            self._sync()
+
+    def release(self, owner: str) -> None:
+        with self._lock:
+            self._uses.pop(owner, None)
+            self._sync()
+
+    def _sync(self) -> None:
+        wanted: set[Kind] = set().union(*self._uses.values()) if self._uses else set()
+        for kind in wanted - set(self._watches):
+            log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], SELECTOR)
+            self._watches[kind] = _KindWatch(self.kube, kind, self.notify)
+            self._watches[kind].start()
+        for kind in set(self._watches) - wanted:
+            log.info("no release uses %s %s any more: watch stopped", kind[0], kind[1])
+            self._watches.pop(kind).stop()
+
+    def stats(self) -> dict[str, Any]:
+        """Per-kind cache sizes and the selector used: what tests and metrics read."""
+        with self._lock:
+            return {"selector": SELECTOR, "kinds": {w.label: len(w.cache) for w in self._watches.values()}}
+
+    def stop(self) -> None:
+        with self._lock:
+            for w in self._watches.values():
+                w.stop()
+            self._watches.clear()

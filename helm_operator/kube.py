@@ -1,0 +1,122 @@
+"""Thin, synchronous adapters over the kubernetes client. Call them through ``asyncio.to_thread``.
+
+Reading live objects of a release, re-asserting them with server-side apply, writing a CR's status
+and posting Events outside kopf handlers (for drift checks triggered by dependent watches).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+# Helm's own field manager (helm 4 applies server-side as "helm", helm 3 updates as "helm"): drift
+# corrections made under this name never conflict with the next `helm upgrade`.
+HELM_FIELD_MANAGER = "helm"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None
+    uid: str | None = None
+
+
+class Kube:
+    """One dynamic client for the process; resources are discovered once and cached."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.dyn = dynamic.DynamicClient(api)
+        self.core = client.CoreV1Api(api)
+
+    def resource(self, api_version: str, kind: str) -> Any:
+        return self.dyn.resources.get(api_version=api_version, kind=kind)
+
+    def live_objects(
+        self, docs: Sequence[Mapping[str, Any]], namespace: str
+    ) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """The live counterpart of each manifest object, None where it does not exist."""
+        out: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for doc in docs:
+            meta = doc.get("metadata") or {}
+            res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
+            ns = (meta.get("namespace") or namespace) if res.namespaced else None
+            try:
+                out[(str(doc["kind"]), str(meta["name"]))] = res.get(
+                    name=meta["name"], namespace=ns
+                ).to_dict()
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                out[(str(doc["kind"]), str(meta["name"]))] = None
+        return out
+
+    def apply(self, doc: Mapping[str, Any], namespace: str) -> None:
+        """Server-side apply one manifest object as Helm's field manager (creates it if missing)."""
+        res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
+        body = dict(doc)
+        meta = dict(body.get("metadata") or {})
+        if res.namespaced:
+            meta.setdefault("namespace", namespace)
+        body["metadata"] = meta
+        self.dyn.server_side_apply(
+            res,
+            body=body,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=HELM_FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    def get_custom(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
+        group, _, version = ref.api_version.rpartition("/")
+        api = client.CustomObjectsApi(self.api)
+        try:
+            if ref.namespace:
+                obj: Any = api.get_namespaced_custom_object(group, version, ref.namespace, plural, ref.name)
+            else:
+                obj = api.get_cluster_custom_object(group, version, plural, ref.name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj)
+
+    def patch_status(self, ref: ObjectRef, plural: str, status: Mapping[str, Any]) -> None:
+        group, _, version = ref.api_version.rpartition("/")
+        api = client.CustomObjectsApi(self.api)
+        body = {"status": dict(status)}
+        if ref.namespace:
+            api.patch_namespaced_custom_object_status(group, version, ref.namespace, plural, ref.name, body)
+        else:
+            api.patch_cluster_custom_object_status(group, version, plural, ref.name, body)
+
+    def event(self, ref: ObjectRef, etype: str, reason: str, message: str) -> None:
+        now = dt.datetime.now(dt.UTC)
+        ns = ref.namespace or "default"
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=f"{ref.name}.{secrets.token_hex(8)}", namespace=ns),
+            involved_object=client.V1ObjectReference(
+                api_version=ref.api_version,
+                kind=ref.kind,
+                name=ref.name,
+                namespace=ref.namespace,
+                uid=ref.uid,
+            ),
+            type=etype,
+            reason=reason,
+            message=message[:1024],
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component="helm-operator"),
+        )
+        self.core.create_namespaced_event(ns, body)
