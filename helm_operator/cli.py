@@ -35,7 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import prometheus_client
     from kubernetes import client, config
 
-    from helm_operator.controller import DriftScheduler, configure, register
+    from helm_operator.controller import DriftScheduler, configure, register, sweep_terminating
     from helm_operator.dependents import DependentWatches
     from helm_operator.helm import Helm, HelmSettings
     from helm_operator.kube import Kube
@@ -73,6 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     retry = RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries)
     runtime = Runtime(helm=helm, kube=Kube(client.ApiClient()), retry=retry)
     drift = DriftScheduler(runtime)
+    sweeps: set[asyncio.Task[None]] = set()
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -94,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         if args.metrics_port:
             prometheus_client.start_http_server(args.metrics_port, addr="127.0.0.1")
+        sweeps.add(loop.create_task(sweep_terminating(runtime, watches, namespaces, drift)))
 
     @kopf.on.cleanup(registry=registry)
     def _cleanup(**_: Any) -> None:

@@ -7,9 +7,10 @@ the handlers decide comes from ``reconciler`` (framework-free) and ``status`` (p
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -155,6 +156,8 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, dr
     async def on_change(
         body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, **_: Any
     ) -> None:
+        if meta.get("deletionTimestamp"):
+            return  # being deleted: the delete handler uninstalls; never install or upgrade now
         async with slots:
             result = await reconcile(
                 runtime, watch, meta.namespace, meta.name, dict(spec), dict(status), meta.uid
@@ -200,3 +203,58 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, dr
         **common,
     )(on_change)
     kopf.on.delete(**gvr, id=f"{key}/delete", **common)(on_delete)
+
+
+def _matches(namespace: str, patterns: Sequence[str]) -> bool:
+    """kopf's namespace patterns: globs, ``!glob`` excludes."""
+    included = any(fnmatch.fnmatch(namespace, p) for p in patterns if not p.startswith("!"))
+    return included and not any(fnmatch.fnmatch(namespace, p[1:]) for p in patterns if p.startswith("!"))
+
+
+SWEEP_INTERVAL = 10.0
+
+
+async def sweep_terminating(
+    runtime: Runtime, watches: Sequence[Watch], patterns: Sequence[str], drift: DriftScheduler
+) -> None:
+    """Finish deletions of our resources in terminating namespaces, every few seconds.
+
+    With namespace patterns kopf stops serving a namespace once it is terminating (and never
+    starts on one that was terminating at start-up), so its resources would wait forever on our
+    finalizer, and the namespace with them. Cluster-wide operators (no patterns) do not need this.
+    """
+    if not patterns:
+        return
+    while True:
+        try:
+            await _sweep_once(runtime, watches, patterns, drift)
+        except Exception:
+            log.exception("sweep of terminating namespaces failed; trying again later")
+        await asyncio.sleep(SWEEP_INTERVAL)
+
+
+async def _sweep_once(
+    runtime: Runtime, watches: Sequence[Watch], patterns: Sequence[str], drift: DriftScheduler
+) -> None:
+    kube = runtime.kube
+    for ns in await asyncio.to_thread(kube.terminating_namespaces):
+        if not _matches(ns, patterns):
+            continue
+        for watch in watches:
+            items = await asyncio.to_thread(
+                kube.deleting_custom, watch.api_version, watch.plural, ns, FINALIZER
+            )
+            for item in items:
+                meta = item["metadata"]
+                ref = ObjectRef(watch.api_version, watch.kind, meta["name"], ns, meta.get("uid"))
+                try:
+                    message = await finalize(runtime, watch, ns, meta["name"])
+                except RuntimeError as exc:
+                    log.warning("cannot finish deleting %s/%s: %s", ns, meta["name"], exc)
+                    continue
+                owner = target_for(watch, ns, meta["name"])[2]
+                drift.owners.pop(owner, None)
+                if runtime.dependents is not None:
+                    runtime.dependents.release(owner)
+                log.info("%s/%s in terminating namespace: %s", ns, meta["name"], message)
+                await asyncio.to_thread(kube.drop_finalizer, ref, watch.plural, meta["finalizers"], FINALIZER)

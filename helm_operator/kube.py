@@ -7,6 +7,7 @@ and posting Events outside kopf handlers (for drift checks triggered by dependen
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from typing import Any
 
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
 
 # Helm's own field manager (helm 4 applies server-side as "helm", helm 3 updates as "helm"): drift
 # corrections made under this name never conflict with the next `helm upgrade`.
@@ -119,4 +122,33 @@ class Kube:
             count=1,
             source=client.V1EventSource(component="helm-operator"),
         )
-        self.core.create_namespaced_event(ns, body)
+        try:
+            self.core.create_namespaced_event(ns, body)
+        except ApiException as exc:  # e.g. a terminating namespace: an Event is not worth failing for
+            log.warning("could not post event %s on %s/%s: %s", reason, ns, ref.name, exc.reason)
+
+    def terminating_namespaces(self) -> list[str]:
+        items: Any = self.core.list_namespace().items
+        return [str(n.metadata.name) for n in items if n.metadata.deletion_timestamp]
+
+    def deleting_custom(
+        self, api_version: str, plural: str, namespace: str, finalizer: str
+    ) -> list[dict[str, Any]]:
+        """Custom resources in a namespace that wait for ``finalizer`` to let them go."""
+        group, _, version = api_version.rpartition("/")
+        listing: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            group, version, namespace, plural
+        )
+        items: list[dict[str, Any]] = listing["items"]
+        return [
+            i
+            for i in items
+            if i["metadata"].get("deletionTimestamp") and finalizer in (i["metadata"].get("finalizers") or [])
+        ]
+
+    def drop_finalizer(self, ref: ObjectRef, plural: str, finalizers: Sequence[str], finalizer: str) -> None:
+        group, _, version = ref.api_version.rpartition("/")
+        body = {"metadata": {"finalizers": [f for f in finalizers if f != finalizer]}}
+        client.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+            group, version, str(ref.namespace), plural, ref.name, body
+        )

@@ -40,7 +40,7 @@ def cluster(tools: Toolchain) -> Iterator[DevCluster]:
         return
     # pytest runs fixture teardown on KeyboardInterrupt; make SIGTERM (CI cancelling) do the same.
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    cluster = DevCluster(tools=tools)
+    cluster = DevCluster(tools=tools, nodes=4)
     try:
         cluster.start()
         yield cluster

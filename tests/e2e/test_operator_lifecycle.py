@@ -250,3 +250,32 @@ def test_sigterm_lets_a_running_upgrade_finish(
         cluster.kubectl("label", "node", "node-000001", f"{label}-")
         operator.start()
     res.wait_condition(KIND, "graceful", "Ready")
+
+
+def test_namespace_deleted_while_operator_down_is_released(
+    operator: OperatorProcess, cluster: DevCluster, helm4: Helm
+) -> None:
+    """kopf does not serve namespaces already terminating at start; the start-up sweep does."""
+    ns = f"t-gone-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    res = Resources(cluster, ns)
+    res.apply(tiny("orphan"))
+    res.wait_condition(KIND, "orphan", "Ready")
+    operator.stop()
+    try:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false")
+        eventually(
+            lambda: (
+                json.loads(cluster.kubectl("get", "namespace", ns, "-o", "json").stdout)["status"]["phase"]
+                == "Terminating"
+            ),
+            what="namespace terminating",
+        )
+    finally:
+        operator.start()
+    eventually(
+        lambda: cluster.kubectl("get", "namespace", ns, check=False).returncode != 0,
+        timeout=90,
+        what="namespace deleted",
+    )
+    assert any(c.startswith("uninstall orphan ") for c in operator.helm_calls())

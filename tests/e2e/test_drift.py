@@ -1,0 +1,359 @@
+"""Drift detection and correction on the real control plane, with the MicroServiceDeploy sample.
+
+These tests run their own operator (namespaces ``d-*``) with a metrics endpoint, so the per-kind
+watch caches they inspect belong to releases of this module only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helm_operator.devcluster import DevCluster
+from helm_operator.tools import Toolchain
+
+from .conftest import Helm
+from .operator import REPO, OperatorProcess, Resources, eventually
+
+MSD = "microservicedeploys.custom.ops"
+TINY = "tinies.test.helm-operator.io"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def metrics(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("helm_operator_") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def cache_sizes(port: int) -> dict[str, float]:
+    prefix = 'helm_operator_dependent_cache_objects{kind="'
+    return {k[len(prefix) : -2]: v for k, v in metrics(port).items() if k.startswith(prefix)}
+
+
+@pytest.fixture(scope="module")
+def drift_operator(
+    cluster: DevCluster,
+    crds: None,
+    tools: Toolchain,
+    e2e_watches: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    port = free_port()
+    op = OperatorProcess(
+        cluster,
+        tools.helm,
+        tmp_path_factory.mktemp("drift-operator"),
+        e2e_watches,
+        ["d-*"],
+        extra_args=["--retry-base", "1", "--retry-cap", "4", "--metrics-port", str(port)],
+    )
+    op.metrics_port = port  # type: ignore[attr-defined]
+    op.start()
+    yield op
+    op.stop()
+
+
+CREATED: set[str] = set()  # namespaces of this run (a reused cluster may hold others)
+
+
+@pytest.fixture
+def dres(cluster: DevCluster) -> Iterator[Resources]:
+    ns = f"d-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    CREATED.add(ns)
+    yield Resources(cluster, ns)
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture
+def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
+    return Helm(tools.helm, cluster, tmp_path)
+
+
+def msd(name: str, **overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((REPO / "samples/microservicedeploy.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"].update(overrides)
+    return doc
+
+
+def revision(helm: Helm, name: str, ns: str) -> str:
+    return str(
+        next(
+            r["revision"]
+            for r in json.loads(helm("list", "-n", ns, "-o", "json").stdout)
+            if r["name"] == name
+        )
+    )
+
+
+def wait_event(res: Resources, owner: str, reason: str, needle: str, seen: int = 0) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        hits = [e for e in res.events(owner) if e["reason"] == reason and needle in e["message"]]
+        return hits[-1] if len(hits) > seen else None
+
+    found: dict[str, Any] = eventually(check, timeout=30, what=f"{reason} event with {needle!r}")
+    return found
+
+
+def test_manual_changes_are_corrected_without_new_revisions(
+    drift_operator: OperatorProcess, dres: Resources, helm4: Helm
+) -> None:
+    name = "ms-drift"
+    dres.apply(msd(name, autoscaling=False))
+    dres.wait_condition(MSD, name, "Ready")
+    kubectl = dres.cluster.kubectl
+    ns = dres.ns
+
+    # A deleted Service is recreated.
+    kubectl("delete", "service", name, "-n", ns)
+    wait_event(dres, name, "DriftCorrected", f"Service/{name} deleted")
+    assert dres.exists("service", name)
+    counter = (
+        "helm_operator_drift_corrections_total"
+        + '{object_kind="Service",watch="MicroServiceDeploy.v1.custom.ops"}'
+    )
+    assert metrics(drift_operator.metrics_port)[counter] >= 1  # type: ignore[attr-defined]
+
+    # `kubectl scale` is undone.
+    kubectl("scale", "deployment", name, "-n", ns, "--replicas=7")
+    wait_event(dres, name, "DriftCorrected", f"Deployment/{name} /spec/replicas")
+    eventually(lambda: dres.get("deployment", name)["spec"]["replicas"] == 3, what="replicas back to 3")
+
+    # Edited ConfigMap data is restored.
+    kubectl(
+        "patch", "configmap", f"{name}-config", "-n", ns, "--type=merge", "-p", '{"data":{"config":"x=1"}}'
+    )
+    wait_event(dres, name, "DriftCorrected", f"ConfigMap/{name}-config /data/config")
+    eventually(
+        lambda: dres.get("configmap", f"{name}-config")["data"]["config"] == "password=88888888",
+        what="config restored",
+    )
+
+    # A label the chart sets comes back.
+    kubectl("label", "deployment", name, "-n", ns, "custom.ops/path-")
+    wait_event(dres, name, "DriftCorrected", "/metadata/labels/custom.ops~1path")
+    eventually(
+        lambda: dres.get("deployment", name)["metadata"]["labels"].get("custom.ops/path") == "v1",
+        what="label restored",
+    )
+
+    # What the chart does not set is left alone.
+    corrections = len([e for e in dres.events(name) if e["reason"] == "DriftCorrected"])
+    kubectl("label", "deployment", name, "-n", ns, "team=payments")
+    kubectl("annotate", "configmap", f"{name}-config", "-n", ns, "note=by-hand")
+    kubectl("annotate", "deployment", name, "-n", ns, "another=one")
+    eventually(lambda: dres.get("deployment", name)["metadata"]["annotations"].get("another") == "one")
+    drift_operator.restart()  # also runs the resync-time check on resume
+    eventually(lambda: drift_operator.handled("resume' succeeded") >= 1, what="resume")
+    assert dres.get("deployment", name)["metadata"]["labels"]["team"] == "payments"
+    assert dres.get("configmap", f"{name}-config")["metadata"]["annotations"]["note"] == "by-hand"
+    assert len([e for e in dres.events(name) if e["reason"] == "DriftCorrected"]) == corrections
+
+    assert revision(helm4, name, ns) == "1"  # no helm upgrade for any of it
+    drifted = dres.condition(MSD, name, "Drifted")
+    assert drifted["status"] == "False"
+
+
+def test_hpa_managed_replicas_are_left_alone(
+    drift_operator: OperatorProcess, dres: Resources, helm4: Helm
+) -> None:
+    name = "ms-auto"
+    dres.apply(msd(name, autoscaling=True))
+    dres.wait_condition(MSD, name, "Ready")
+    # The chart leaves replicas to the HPA; change them as the HPA would.
+    dres.cluster.kubectl("scale", "deployment", name, "-n", dres.ns, "--replicas=6")
+    dres.cluster.kubectl(
+        "patch",
+        "configmap",
+        f"{name}-config",
+        "-n",
+        dres.ns,
+        "--type=merge",
+        "-p",
+        '{"data":{"version":"9"}}',
+    )
+    wait_event(dres, name, "DriftCorrected", f"ConfigMap/{name}-config /data/version")  # the watch is live
+    assert dres.get("deployment", name)["spec"]["replicas"] == 6
+    assert not [e for e in dres.events(name) if "/spec/replicas" in e["message"]]
+    assert revision(helm4, name, dres.ns) == "1"
+
+
+def test_warn_annotation_reports_without_correcting(drift_operator: OperatorProcess, dres: Resources) -> None:
+    name = "ms-warn"
+    doc = msd(name, autoscaling=False)
+    doc["metadata"]["annotations"] = {"helm-operator.io/drift": "warn"}
+    dres.apply(doc)
+    dres.wait_condition(MSD, name, "Ready")
+    dres.cluster.kubectl("scale", "deployment", name, "-n", dres.ns, "--replicas=5")
+    drifted = dres.wait_condition(MSD, name, "Drifted", generation=False)
+    assert drifted["reason"] == "DriftDetected" and "/spec/replicas" in drifted["message"]
+    assert dres.get("deployment", name)["spec"]["replicas"] == 5
+    assert any(e["reason"] == "DriftDetected" for e in dres.events(name))
+
+
+def test_drift_while_stopped_is_corrected_on_start(drift_operator: OperatorProcess, dres: Resources) -> None:
+    name = "ms-offline"
+    dres.apply(msd(name, autoscaling=False))
+    dres.wait_condition(MSD, name, "Ready")
+    drift_operator.stop()
+    try:
+        dres.cluster.kubectl("delete", "configmap", f"{name}-config", "-n", dres.ns)
+        dres.cluster.kubectl("scale", "deployment", name, "-n", dres.ns, "--replicas=1")
+    finally:
+        drift_operator.start()
+    eventually(lambda: dres.exists("configmap", f"{name}-config"), what="ConfigMap recreated after start")
+    eventually(lambda: dres.get("deployment", name)["spec"]["replicas"] == 3, what="replicas restored")
+
+
+@pytest.mark.parametrize("helm_major", ["helm4", "helm3"])
+def test_upgrade_after_correction_has_no_field_conflict(
+    helm_major: str, cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, tmp_path: Path
+) -> None:
+    """A corrected field changed later by the CR upgrades cleanly: corrections use Helm's manager."""
+    binary = tools.helm if helm_major == "helm4" else tools.helm3
+    ns = f"c-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    op = OperatorProcess(cluster, binary, tmp_path, e2e_watches, [ns])
+    op.start()
+    res = Resources(cluster, ns)
+    try:
+        cr = {
+            "apiVersion": "test.helm-operator.io/v1",
+            "kind": "Tiny",
+            "metadata": {"name": "conf"},
+            "spec": {"replicas": 2, "message": "a"},
+        }
+        res.apply(cr)
+        res.wait_condition(TINY, "conf", "Ready")
+        cluster.kubectl("scale", "deployment", "conf", "-n", ns, "--replicas=5")
+        wait_event(res, "conf", "DriftCorrected", "Deployment/conf /spec/replicas")
+        eventually(lambda: res.get("deployment", "conf")["spec"]["replicas"] == 2, what="corrected")
+        live = json.loads(
+            cluster.kubectl(
+                "get", "deployment", "conf", "-n", ns, "-o", "json", "--show-managed-fields"
+            ).stdout
+        )
+        managers = {(m["manager"], m["operation"]) for m in live["metadata"]["managedFields"]}
+        assert ("helm", "Apply") in managers
+        cr["spec"]["replicas"] = 4
+        res.apply(cr)
+        eventually(
+            lambda: (res.get(TINY, "conf")["status"].get("release") or {}).get("revision") == 2,
+            what="revision 2",
+        )
+        ready = res.wait_condition(TINY, "conf", "Ready")
+        assert ready["reason"] == "UpgradeSucceeded"
+        assert res.get("deployment", "conf")["spec"]["replicas"] == 4
+    finally:
+        op.stop()
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_watches_are_label_filtered_and_released(
+    drift_operator: OperatorProcess, dres: Resources, cluster: DevCluster
+) -> None:
+    port = drift_operator.metrics_port  # type: ignore[attr-defined]
+    name = "ms-watch"
+    dres.apply(msd(name, autoscaling=True))
+    dres.wait_condition(MSD, name, "Ready")
+    eventually(lambda: "ResourceQuota.v1" in cache_sizes(port), what="ResourceQuota watch started")
+
+    # Many unrelated objects elsewhere: none of them may reach the operator's caches.
+    noise = f"noise-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", noise)
+    try:
+        docs = []
+        for i in range(40):
+            docs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"cm-{i}", "namespace": noise},
+                    "data": {"i": str(i)},
+                }
+            )
+            docs.append(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": f"dep-{i}", "namespace": noise},
+                    "spec": {
+                        "replicas": 0,
+                        "selector": {"matchLabels": {"app": f"d{i}"}},
+                        "template": {
+                            "metadata": {"labels": {"app": f"d{i}"}},
+                            "spec": {"containers": [{"name": "c", "image": "x"}]},
+                        },
+                    },
+                }
+            )
+        cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+        )
+        # Touch the sample so we know events after the noise have been processed.
+        cluster.kubectl(
+            "patch",
+            "configmap",
+            f"{name}-config",
+            "-n",
+            dres.ns,
+            "--type=merge",
+            "-p",
+            '{"data":{"version":"x"}}',
+        )
+        wait_event(dres, name, "DriftCorrected", "/data/version")
+
+        def labelled(resource: str) -> int:
+            out = cluster.kubectl("get", resource, "-A", "-l", "helm-operator.io/owner", "-o", "name").stdout
+            return len(out.split())
+
+        total_cms = len(cluster.kubectl("get", "configmaps", "-A", "-o", "name").stdout.split())
+        assert total_cms >= labelled("configmaps") + 40
+        # The caches hold exactly the labelled objects: none of the 80 unrelated ones.
+        for kind, resource in (("ConfigMap.v1", "configmaps"), ("Deployment.apps/v1", "deployments")):
+            eventually(
+                lambda k=kind, r=resource: cache_sizes(port)[k] == labelled(r),
+                what=f"{kind} cache == labelled objects",
+            )
+        log = drift_operator.log()
+        assert "watching apps/v1 Deployment (labelSelector=helm-operator.io/owner)" in log
+    finally:
+        cluster.kubectl("delete", "namespace", noise, "--wait=false", check=False)
+
+    # Deleting the CR uninstalls cleanly and stops watches of kinds no release uses any more.
+    dres.delete(MSD, name)
+    assert not dres.exists("deployment", name) and not dres.exists("resourcequota", name)
+
+    # Earlier tests' resources go away with their namespaces; then no release uses these kinds.
+    def ours() -> list[str]:
+        items = json.loads(cluster.kubectl("get", MSD, "-A", "-o", "json").stdout)["items"]
+        return [o["metadata"]["name"] for o in items if o["metadata"]["namespace"] in CREATED]
+
+    eventually(lambda: not ours(), timeout=120, what="no MicroServiceDeploy left from this module")
+    eventually(
+        lambda: (
+            "ResourceQuota.v1" not in cache_sizes(port)
+            and "HorizontalPodAutoscaler.autoscaling/v2" not in cache_sizes(port)
+        ),
+        what="ResourceQuota and HPA watches stopped",
+    )
+    assert "no release uses v1 ResourceQuota any more: watch stopped" in drift_operator.log()
