@@ -278,4 +278,5 @@ def test_namespace_deleted_while_operator_down_is_released(
         timeout=90,
         what="namespace deleted",
     )
-    assert any(c.startswith("uninstall orphan ") for c in operator.helm_calls())
+    # The namespace controller may have removed the release storage first; either way it is released.
+    assert f"{ns}/orphan in terminating namespace: release orphan" in operator.log()
