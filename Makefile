@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e tools venv clean
+.PHONY: demo test lint unit e2e bench tools venv clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,8 @@ demo: venv tools
 	$(BIN)/helm-operator dev demo $(ARGS)
 
 lint: venv
-	$(BIN)/ruff check helm_operator tests
-	$(BIN)/ruff format --check helm_operator tests
+	$(BIN)/ruff check helm_operator tests bench
+	$(BIN)/ruff format --check helm_operator tests bench
 	$(BIN)/mypy
 
 unit: venv
@@ -33,6 +33,9 @@ e2e: venv tools
 	$(BIN)/pytest tests/e2e -v --durations=15
 
 test: lint unit e2e
+
+bench: venv tools
+	$(BIN)/python -m bench.drift_latency $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

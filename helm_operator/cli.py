@@ -104,6 +104,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             runtime.dependents.stop()
 
     for watch in watches:
+        if watch.hooks:
+            logging.warning(
+                "%s: hooks module %s is accepted but day-2 hooks do not run yet", watch.kind, watch.hooks
+            )
         register(watch, runtime, registry, drift)
         logging.info("watching %s (%s) -> chart %s", watch.kind, watch.api_version, watch.chart.ref)
     # No `helm version` here: a restart must not start a single helm process when nothing changed.

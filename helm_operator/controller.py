@@ -178,6 +178,15 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, dr
                     patch.status["conditions"], [drift_condition(report)], generation, time.time()
                 )
 
+    async def on_resync(meta: kopf.Meta, **kwargs: Any) -> None:
+        # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is being
+        # deleted) that body is stale. Never install or upgrade for a resource that is going away.
+        ref = ObjectRef(watch.api_version, watch.kind, meta.name, meta.namespace)
+        fresh = await asyncio.to_thread(runtime.kube.get_custom, ref, watch.plural)
+        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+            return
+        await on_change(meta=meta, **kwargs)
+
     async def on_delete(body: kopf.Body, meta: kopf.Meta, **_: Any) -> None:
         async with slots:
             try:
@@ -201,7 +210,7 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, dr
         interval=watch.reconcile_period,
         initial_delay=watch.reconcile_period,
         **common,
-    )(on_change)
+    )(on_resync)
     kopf.on.delete(**gvr, id=f"{key}/delete", **common)(on_delete)
 
 

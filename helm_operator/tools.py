@@ -74,6 +74,11 @@ class Toolchain:
     def kube_version(self) -> str:
         return _pinned_versions().get("KUBE", "")
 
+    @property
+    def pins(self) -> dict[str, str]:
+        """The versions tools/bootstrap builds, e.g. {"HELM4": "v4.3.1", "KUBE": "v1.36.3"}."""
+        return _pinned_versions()
+
     def require(self, *names: str) -> None:
         """Fail with the list of missing binaries and the command that builds them."""
         missing = [f"{n} ({getattr(self, n)})" for n in names if not Path(getattr(self, n)).is_file()]

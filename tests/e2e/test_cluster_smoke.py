@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from helm_operator.devcluster import DevCluster
+from helm_operator.tools import Toolchain
 
 from .conftest import Helm
 
@@ -129,6 +130,7 @@ def test_helm_install_upgrade_uninstall(cluster: DevCluster, helm: Helm, namespa
         assert cluster.kubectl("get", kind, name, "-n", namespace, check=False).returncode != 0
 
 
-def test_helm_version_matches_pin(helm: Helm) -> None:
-    assert helm.major in (3, 4)
-    assert helm("version", "--short").stdout.startswith(f"v{helm.major}.")
+def test_helm_version_matches_pin(helm: Helm, tools: Toolchain) -> None:
+    pin = tools.pins["HELM4" if helm.binary == tools.helm else "HELM3"]
+    assert helm("version", "--short").stdout.startswith(pin)  # e.g. "v4.3.1+g…"
+    assert helm.major == int(pin[1])
