@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from helm_operator.devcluster import DevCluster
 from helm_operator.tools import Toolchain
 
 from .conftest import Helm
+from .operator import eventually
 
 TINY_CHART = Path(__file__).parent / "charts" / "tiny"
-
-
-def eventually(check: Callable[[], object], timeout: float = 60, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
 
 
 def get_json(cluster: DevCluster, *args: str) -> dict:

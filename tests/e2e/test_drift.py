@@ -105,6 +105,12 @@ def revision(helm: Helm, name: str, ns: str) -> str:
     )
 
 
+def edit_data(res: Resources, configmap: str, key: str, value: str) -> None:
+    """A manual edit of one ConfigMap key, as someone with kubectl would make it."""
+    patch = json.dumps({"data": {key: value}})
+    res.cluster.kubectl("patch", "configmap", configmap, "-n", res.ns, "--type=merge", "-p", patch)
+
+
 def wait_event(res: Resources, owner: str, reason: str, needle: str, seen: int = 0) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         hits = [e for e in res.events(owner) if e["reason"] == reason and needle in e["message"]]
@@ -139,9 +145,7 @@ def test_manual_changes_are_corrected_without_new_revisions(
     eventually(lambda: dres.get("deployment", name)["spec"]["replicas"] == 3, what="replicas back to 3")
 
     # Edited ConfigMap data is restored.
-    kubectl(
-        "patch", "configmap", f"{name}-config", "-n", ns, "--type=merge", "-p", '{"data":{"config":"x=1"}}'
-    )
+    edit_data(dres, f"{name}-config", "config", "x=1")
     wait_event(dres, name, "DriftCorrected", f"ConfigMap/{name}-config /data/config")
     eventually(
         lambda: dres.get("configmap", f"{name}-config")["data"]["config"] == "password=88888888",
@@ -181,16 +185,7 @@ def test_hpa_managed_replicas_are_left_alone(
     dres.wait_condition(MSD, name, "Ready")
     # The chart leaves replicas to the HPA; change them as the HPA would.
     dres.cluster.kubectl("scale", "deployment", name, "-n", dres.ns, "--replicas=6")
-    dres.cluster.kubectl(
-        "patch",
-        "configmap",
-        f"{name}-config",
-        "-n",
-        dres.ns,
-        "--type=merge",
-        "-p",
-        '{"data":{"version":"9"}}',
-    )
+    edit_data(dres, f"{name}-config", "version", "9")
     wait_event(dres, name, "DriftCorrected", f"ConfigMap/{name}-config /data/version")  # the watch is live
     assert dres.get("deployment", name)["spec"]["replicas"] == 6
     assert not [e for e in dres.events(name) if "/spec/replicas" in e["message"]]
@@ -310,16 +305,7 @@ def test_watches_are_label_filtered_and_released(
             "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
         )
         # Touch the sample so we know events after the noise have been processed.
-        cluster.kubectl(
-            "patch",
-            "configmap",
-            f"{name}-config",
-            "-n",
-            dres.ns,
-            "--type=merge",
-            "-p",
-            '{"data":{"version":"x"}}',
-        )
+        edit_data(dres, f"{name}-config", "version", "x")
         wait_event(dres, name, "DriftCorrected", "/data/version")
 
         def labelled(resource: str) -> int:
