@@ -9,6 +9,7 @@ volumes) are matched by their keys, not by position, and quantities compare by v
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -236,14 +237,47 @@ def object_drift(
     return ObjectDrift(base.api_version, kind, base.namespace, name, paths=tuple(sorted(paths)))
 
 
+def managed_paths(fields: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Paths (in our diff's notation) of the fields a ``managedFields[].fieldsV1`` entry owns."""
+    out: list[str] = []
+    for key, sub in fields.items():
+        if key.startswith("f:"):
+            path = f"{prefix}/{_escape(key[2:])}"
+        elif key.startswith("k:"):
+            ident = json.loads(key[2:])
+            path = f"{prefix}[{','.join(str(v) for v in ident.values())}]"
+        else:  # "." (the element itself), "v:" set members and "i:" indices
+            continue
+        if not sub or "." in sub:
+            out.append(path)
+        if sub:
+            out += managed_paths(sub, path)
+    return out
+
+
+def trusted_rules(
+    kind: str, name: str, live: Mapping[str, Any] | None, managers: Sequence[str]
+) -> list[IgnoreRule]:
+    """Ignore rules for every field of ``live`` that a trusted field manager owns."""
+    if not live or not managers:
+        return []
+    rules = []
+    for entry in (live.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") in managers and entry.get("fieldsV1"):
+            rules += [IgnoreRule(p, kind=kind, name=name) for p in managed_paths(entry["fieldsV1"])]
+    return rules
+
+
 def detect(
     desired_objects: Sequence[Mapping[str, Any]],
     live: Mapping[tuple[str, str], Mapping[str, Any] | None],
     ignore: Sequence[IgnoreRule] = (),
+    trusted_managers: Sequence[str] = (),
 ) -> list[ObjectDrift]:
     """Drift of a whole release. ``live`` maps (kind, name) to the live object or None (deleted).
 
-    Built in: ``spec.replicas`` of a Deployment/StatefulSet that an HPA of the release scales.
+    Built in: ``spec.replicas`` of a Deployment/StatefulSet that an HPA of the release scales, and
+    every field owned by a field manager the watch trusts (``driftTrustedManagers``).
     """
     rules = list(ignore)
     for kind, name in hpa_targets(desired_objects):
@@ -251,7 +285,8 @@ def detect(
     found = []
     for obj in desired_objects:
         key = (str(obj.get("kind")), str((obj.get("metadata") or {}).get("name")))
-        drift = object_drift(obj, live.get(key), rules)
+        current = live.get(key)
+        drift = object_drift(obj, current, [*rules, *trusted_rules(*key, current, trusted_managers)])
         if drift is not None:
             found.append(drift)
     return found

@@ -261,7 +261,7 @@ async def check_drift(
         if mode == "disabled":
             return DriftReport(mode)
         live = await asyncio.to_thread(rt.kube.live_objects, docs, rel_ns)
-        drifts = tuple(detect(docs, live, watch.drift_ignore))
+        drifts = tuple(detect(docs, live, watch.drift_ignore, watch.drift_trusted_managers))
         if not drifts or mode == "warn":
             return DriftReport(mode, drifts)
         by_ref = {(str(d["kind"]), str(d["metadata"]["name"])): d for d in docs}

@@ -71,6 +71,7 @@ class Watch:
     rollback_on_failure: bool = True
     hooks: str | None = None
     drift_ignore: tuple[IgnoreRule, ...] = ()
+    drift_trusted_managers: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -184,6 +185,7 @@ _KNOWN_FIELDS = {
     "upgrade",
     "hooks",
     "driftIgnore",
+    "driftTrustedManagers",
 }
 
 
@@ -302,6 +304,14 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
             raise fail(f"driftIgnore[{i}]", "expected {path: /json/pointer, kind: optional, name: optional}")
         drift_ignore.append(IgnoreRule(rule["path"], rule.get("kind"), rule.get("name")))
 
+    trusted = raw.get("driftTrustedManagers", []) or []
+    if not isinstance(trusted, list) or not all(isinstance(m, str) and m for m in trusted):
+        raise fail("driftTrustedManagers", "expected a list of field manager names")
+    if "helm" in trusted:
+        raise fail(
+            "driftTrustedManagers", "'helm' is the manager drift corrections use; it cannot be trusted"
+        )
+
     return Watch(
         group=group,
         version=version,
@@ -321,6 +331,7 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         rollback_on_failure=rollback,
         hooks=hooks,
         drift_ignore=tuple(drift_ignore),
+        drift_trusted_managers=tuple(trusted),
     )
 
 

@@ -106,6 +106,7 @@ TINY_WATCH = {
     "timeout": "60s",
     "reconcilePeriod": "15s",
     "overrideValues": {"image": "registry.example/tiny:${TINY_TAG}"},  # OperatorProcess sets TINY_TAG
+    "driftTrustedManagers": ["trusted-scaler"],
 }
 
 

@@ -343,3 +343,41 @@ def test_watches_are_label_filtered_and_released(
         what="ResourceQuota and HPA watches stopped",
     )
     assert "no release uses v1 ResourceQuota any more: watch stopped" in drift_operator.log()
+
+
+def test_fields_of_a_trusted_field_manager_are_left_alone(
+    drift_operator: OperatorProcess, dres: Resources
+) -> None:
+    """The Tiny watch trusts the field manager `trusted-scaler` (driftTrustedManagers)."""
+    cr = {
+        "apiVersion": "test.helm-operator.io/v1",
+        "kind": "Tiny",
+        "metadata": {"name": "trust"},
+        "spec": {"replicas": 2},
+    }
+    dres.apply(cr)
+    dres.wait_condition(TINY, "trust", "Ready")
+    kubectl = dres.cluster.kubectl
+
+    def scale(manager: str, replicas: int) -> None:
+        kubectl(
+            "patch",
+            "deployment",
+            "trust",
+            "-n",
+            dres.ns,
+            f"--field-manager={manager}",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"replicas": replicas}}),
+        )
+
+    scale("trusted-scaler", 4)
+    edit_data(dres, "trust-config", "message", "probe")  # a correction we can wait for: the watch is live
+    wait_event(dres, "trust", "DriftCorrected", "ConfigMap/trust-config /data/message")
+    assert dres.get("deployment", "trust")["spec"]["replicas"] == 4
+    assert not [e for e in dres.events("trust") if "/spec/replicas" in e["message"]]
+
+    scale("someone-else", 6)  # now another manager owns the field: that is drift
+    wait_event(dres, "trust", "DriftCorrected", "Deployment/trust /spec/replicas")
+    eventually(lambda: dres.get("deployment", "trust")["spec"]["replicas"] == 2, what="replicas restored")

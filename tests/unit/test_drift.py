@@ -156,3 +156,30 @@ def test_secret_string_data_compares_with_data_and_is_not_leaked() -> None:
 def test_diff_of_plain_lists_is_positional() -> None:
     assert diff({"args": ["a", "b"]}, {"args": ["a", "c"]}) == ["/args/1"]
     assert diff({"args": ["a"]}, {"args": ["a", "b"]}) == ["/args"]
+
+
+def test_fields_of_trusted_managers_are_not_drift() -> None:
+    from helm_operator.drift import managed_paths
+
+    fields = {
+        "f:spec": {
+            "f:replicas": {},
+            "f:template": {"f:spec": {"f:containers": {'k:{"name":"app"}': {".": {}, "f:image": {}}}}},
+        },
+        "f:metadata": {"f:labels": {"f:team": {}}},
+    }
+    assert sorted(managed_paths(fields)) == [
+        "/metadata/labels/team",
+        "/spec/replicas",
+        "/spec/template/spec/containers[app]",
+        "/spec/template/spec/containers[app]/image",
+    ]
+    live = live_of(DEPLOY)
+    live["spec"]["replicas"] = 9
+    live["metadata"]["managedFields"] = [
+        {"manager": "autoscaler", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+        {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+    ]
+    assert detect([DEPLOY], {("Deployment", "web"): live}, trusted_managers=["autoscaler"]) == []
+    [d] = detect([DEPLOY], {("Deployment", "web"): live}, trusted_managers=["someone-else"])
+    assert d.paths == ("/spec/replicas",)

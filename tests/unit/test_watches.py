@@ -90,6 +90,14 @@ def test_operator_sdk_format_loads_unchanged(tmp_path: Path, chart_dir: Path) ->
             "field 'releaseNamespace': a cluster-scoped kind needs",
         ),
         (
+            "  version: v1\n  kind: A\n  chart: charts/app\n  driftTrustedManagers: [helm]",
+            "field 'driftTrustedManagers': 'helm' is the manager drift corrections use",
+        ),
+        (
+            "  version: v1\n  kind: A\n  chart: charts/app\n  driftIgnore: [{path: spec/replicas}]",
+            "field 'driftIgnore[0]': expected {path: /json/pointer",
+        ),
+        (
             "  version: v1\n  kind: A\n  chart: charts/app\n  upgrade: {rollbackOnFailure: maybe}",
             "field 'upgrade.rollbackOnFailure': expected true or false",
         ),
