@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from helm_operator.devcluster import ClusterError, DevCluster, reap_orphans
@@ -29,7 +30,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import os
     import tempfile
-    from pathlib import Path
 
     import kopf
     import prometheus_client
@@ -68,6 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             kubeconfig=Path(kubeconfig) if kubeconfig else None,
             max_processes=args.max_helm_processes,
             postrender_dir=Path(tempfile.mkdtemp(prefix="helm-operator-")),
+            chart_cache=Path(args.chart_cache),
         )
     )
     retry = RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries)
@@ -241,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-base", type=float, default=5.0, help="first retry delay after a failure (s)")
     run.add_argument("--retry-cap", type=float, default=300.0, help="longest retry delay (s)")
     run.add_argument("--max-retries", type=int, default=5, help="failures per spec before giving up")
+    run.add_argument(
+        "--chart-cache",
+        default=str(Path.home() / ".cache/helm-operator/charts"),
+        help="where remote charts (oci:// or repo) are pulled to",
+    )
     run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT")
     run.set_defaults(func=cmd_run)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import hashlib
 import os
 import re
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +106,7 @@ class HelmSettings:
     max_processes: int = 4
     shutdown_grace: float = 120.0
     postrender_dir: Path | None = None  # where the ownership post-renderer is laid out; None: off
+    chart_cache: Path = Path.home() / ".cache/helm-operator/charts"  # pulled remote charts
 
 
 class Helm:
@@ -111,7 +114,12 @@ class Helm:
 
     def __init__(self, settings: HelmSettings) -> None:
         self.settings = settings
-        self._cmd = _Command(executable=settings.executable, kubeconfig=settings.kubeconfig)
+        settings.chart_cache.mkdir(parents=True, exist_ok=True)
+        self._cmd = _Command(
+            executable=settings.executable,
+            kubeconfig=settings.kubeconfig,
+            unpack_directory=str(settings.chart_cache),
+        )
         self._slots = asyncio.Semaphore(settings.max_processes)
         self._postrender_ready = False
 
@@ -182,12 +190,33 @@ class Helm:
                 create_namespace=False,
                 timeout=f"{int(timeout)}s",
                 wait=wait,
-                version=chart.version,
-                repo=chart.repo,
+                version=None if chart.path else chart.version,  # a local path is the version
+                repo=None if chart.path else chart.repo,
             )
 
         result: dict[str, Any] = await self._call(values, extra, go)
         return result
+
+    async def pull(self, chart: ChartRef) -> Path:
+        """A remote chart (pinned version) as a local directory, pulled once and kept on disk."""
+        key = hashlib.sha256(f"{chart.ref}|{chart.repo or ''}|{chart.version or ''}".encode()).hexdigest()[
+            :16
+        ]
+        final = self.settings.chart_cache / key
+        found = [p for p in final.iterdir() if (p / "Chart.yaml").is_file()] if final.is_dir() else []
+        if found:
+            return found[0]
+        self.settings.chart_cache.mkdir(parents=True, exist_ok=True)
+
+        async def go() -> Any:
+            return await self._cmd.pull(chart.ref, repo=chart.repo, version=chart.version)
+
+        unpacked: Path = await self._call({}, [], go)
+        if final.exists():  # pulled concurrently by another reconcile
+            shutil.rmtree(unpacked, ignore_errors=True)
+        else:
+            unpacked.rename(final)
+        return next(p for p in final.iterdir() if (p / "Chart.yaml").is_file())
 
     async def rollback(
         self, name: str, namespace: str, revision: int | None, *, timeout: float, wait: bool, history_max: int

@@ -38,7 +38,7 @@ from helm_operator.status import Outcome, attempts_from_status, next_attempts
 from helm_operator.values import ChartInfo, load_chart, user_values, validate
 from helm_operator.values import digest as values_digest
 from helm_operator.values import merge as merge_values
-from helm_operator.watches import Watch
+from helm_operator.watches import ChartRef, Watch
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +61,23 @@ class Runtime:
     def core(self) -> client.CoreV1Api:
         return self.kube.core
 
-    def chart(self, watch: Watch) -> ChartInfo:
+    async def local_chart(self, watch: Watch) -> ChartRef:
+        """The chart as a local directory or .tgz; remote charts are pulled once into the cache."""
+        if watch.chart.is_local:
+            return watch.chart
+        path = await self.helm.pull(watch.chart)
+        return ChartRef(ref=watch.chart.ref, path=path, version=watch.chart.version)
+
+    def chart(self, ref: ChartRef) -> ChartInfo:
         """Chart metadata, cached until a file of the chart changes."""
-        path = watch.chart.path
+        path = ref.path
         assert path is not None
         files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
         stamp = max((p.stat().st_mtime for p in files), default=0.0) + len(files)
         cached = self._charts.get(str(path))
         if cached and cached[0] == stamp:
             return cached[1]
-        info = load_chart(watch.chart)
+        info = load_chart(ref)
         self._charts[str(path)] = (stamp, info)
         return info
 
@@ -102,7 +109,8 @@ async def reconcile(
     rel_name, rel_ns, owner = target_for(watch, namespace, name)
     values = user_values(spec, watch.override_values)
     try:
-        chart = rt.chart(watch)
+        chart_ref = await rt.local_chart(watch)
+        chart = rt.chart(chart_ref)
     except Exception as exc:  # unreadable chart: a configuration problem, not worth retrying fast
         msg = f"cannot load chart {watch.chart.ref}: {exc}"
         return Result(
@@ -120,7 +128,7 @@ async def reconcile(
     owner_ref = None
     if uid:
         owner_ref = {"apiVersion": watch.api_version, "kind": watch.kind, "name": name, "uid": uid}
-    target = Target(watch, rel_name, rel_ns, owner, desired, values, owner_ref)
+    target = Target(watch, rel_name, rel_ns, owner, desired, values, owner_ref, chart_ref)
     key = f"{rel_ns}/{rel_name}"
     events: list[tuple[str, str, str]] = []
 

@@ -243,6 +243,8 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
     chart_version = string("chartVersion")
     repo = string("repo")
     if chart_ref.startswith("oci://") or repo:
+        if not chart_version:
+            raise fail("chartVersion", f"a remote chart ({chart_ref}) needs a pinned chartVersion")
         chart = ChartRef(ref=chart_ref, version=chart_version, repo=repo)
     else:
         chart_path = (path.parent / chart_ref).resolve()

@@ -17,7 +17,7 @@ from helm_operator import storage
 from helm_operator.helm import Helm, HelmError
 from helm_operator.release.state import DIGEST_LABEL, OWNER_LABEL, StoredRelease
 from helm_operator.status import Outcome
-from helm_operator.watches import Watch
+from helm_operator.watches import ChartRef, Watch
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Target:
     digest: str
     values: Mapping[str, Any]
     owner_ref: Mapping[str, Any] | None = None  # an ownerReference to the CR, for rendered objects
+    chart: ChartRef | None = None  # the local chart to install (pulled if remote); default: the watch's
 
     @property
     def labels(self) -> dict[str, str]:
@@ -46,7 +47,7 @@ async def _apply(helm: Helm, core: client.CoreV1Api, t: Target) -> StoredRelease
     await helm.install_or_upgrade(
         t.name,
         t.namespace,
-        w.chart,
+        t.chart or w.chart,
         t.values,
         labels=t.labels,
         timeout=w.timeout,

@@ -288,3 +288,69 @@ def test_namespace_deleted_while_operator_down_is_released(
     )
     # The namespace controller may have removed the release storage first; either way it is released.
     assert f"{ns}/orphan in terminating namespace: release orphan" in operator.log()
+
+
+def test_remote_chart_from_a_repository_is_pulled_once(
+    cluster: DevCluster, crds: None, tools: Toolchain, tmp_path: Path, helm4: Helm
+) -> None:
+    """`chart` + `repo` + `chartVersion`: pulled from a chart repository (served here on loopback)."""
+    import functools
+    import http.server
+    import threading
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    helm4("package", str(Path(__file__).parent / "charts" / "tiny"), "-d", str(repo))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo))
+    )
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    helm4("repo", "index", str(repo), "--url", url)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    watches = tmp_path / "watches.yaml"
+    watches.write_text(
+        json.dumps(
+            [
+                {
+                    "group": "test.helm-operator.io",
+                    "version": "v1",
+                    "kind": "Tiny",
+                    "chart": "tiny",
+                    "repo": url,
+                    "chartVersion": "0.1.0",
+                }
+            ]
+        )
+    )
+    ns = f"r-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    (tmp_path / "op").mkdir()
+    op = OperatorProcess(
+        cluster,
+        tools.helm,
+        tmp_path / "op",
+        watches,
+        [ns],
+        extra_args=["--chart-cache", str(tmp_path / "charts")],
+    )
+    try:
+        op.start()
+        res = Resources(cluster, ns)
+        res.apply(tiny("remote", message="from a repo"))
+        res.wait_condition(KIND, "remote", "Ready")
+        assert releases(helm4, ns)["remote"]["chart"] == "tiny-0.1.0"
+        assert res.get("configmap", "remote-config")["data"] == {"message": "from a repo"}
+        res.apply(tiny("remote", message="again"))
+        eventually(
+            lambda: res.get("configmap", "remote-config")["data"] == {"message": "again"}, what="upgrade"
+        )
+        pulls = [c for c in op.helm_calls() if c.startswith("pull ")]
+        assert len(pulls) == 1, pulls  # the pulled chart is reused
+        calls = len(op.helm_calls())
+        op.restart()  # the chart cache is on disk: nothing to pull, nothing to do
+        eventually(lambda: op.handled("resume' succeeded") >= 1, what="resume after restart")
+        assert op.helm_calls()[calls:] == []
+    finally:
+        op.stop()
+        server.shutdown()
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

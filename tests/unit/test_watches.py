@@ -90,6 +90,10 @@ def test_operator_sdk_format_loads_unchanged(tmp_path: Path, chart_dir: Path) ->
             "field 'releaseNamespace': a cluster-scoped kind needs",
         ),
         (
+            "  version: v1\n  kind: A\n  chart: oci://registry.example/charts/app",
+            "field 'chartVersion': a remote chart (oci://registry.example/charts/app) needs a pinned",
+        ),
+        (
             "  version: v1\n  kind: A\n  chart: charts/app\n  driftTrustedManagers: [helm]",
             "field 'driftTrustedManagers': 'helm' is the manager drift corrections use",
         ),
