@@ -10,11 +10,12 @@ import asyncio
 import fnmatch
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
 
+from helm_operator.drift import ObjectDrift
 from helm_operator.kube import ObjectRef
 from helm_operator.metrics import DRIFT_DETECTED
 from helm_operator.reconciler import (
@@ -66,6 +67,20 @@ def drift_condition(report: DriftReport) -> tuple[str, bool, str, str]:
     if report.corrected:
         return ("Drifted", False, "DriftCorrected", f"corrected: {summary}")
     return ("Drifted", True, "DriftDetected", summary)
+
+
+def announcer(
+    runtime: Runtime, watch: Watch, ref: ObjectRef, conditions: Sequence[Mapping[str, Any]], generation: int
+) -> Callable[[tuple[ObjectDrift, ...]], Awaitable[None]]:
+    """Write ``Drifted=True`` with the paths before corrections start (kstatus: in progress)."""
+
+    async def announce(drifts: tuple[ObjectDrift, ...]) -> None:
+        summary = "; ".join(d.summary() for d in drifts)
+        update = [("Drifted", True, "Correcting", summary)]
+        merged = merge_conditions(conditions, update, generation, time.time())
+        await asyncio.to_thread(runtime.kube.patch_status, ref, watch.plural, {"conditions": merged})
+
+    return announce
 
 
 def drift_events(watch: Watch, report: DriftReport) -> list[tuple[str, str, str]]:
@@ -125,8 +140,15 @@ class DriftScheduler:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
         ref = ObjectRef(watch.api_version, watch.kind, name, namespace, body["metadata"]["uid"])
+        generation = int(body["metadata"].get("generation") or 0)
+        current = (body.get("status") or {}).get("conditions", [])
         report = await check_drift(
-            self.runtime, watch, namespace, name, body["metadata"].get("annotations") or {}
+            self.runtime,
+            watch,
+            namespace,
+            name,
+            body["metadata"].get("annotations") or {},
+            announcer(self.runtime, watch, ref, current, generation),
         )
         if report is None:
             return
@@ -139,7 +161,7 @@ class DriftScheduler:
             int(body["metadata"].get("generation") or 0),
             time.time(),
         )
-        if conditions != status.get("conditions"):
+        if report.corrected or conditions != status.get("conditions"):  # corrected: replace "Correcting"
             await asyncio.to_thread(kube.patch_status, ref, watch.plural, {"conditions": conditions})
 
 
@@ -170,7 +192,11 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, dr
             # The safety net: every reconcile (also on resume and each resync) checks drift.
             owner = target_for(watch, meta.namespace, meta.name)[2]
             drift.owners[owner] = (watch, meta.namespace, meta.name)
-            report = await check_drift(runtime, watch, meta.namespace, meta.name, dict(meta.annotations))
+            ref = ObjectRef(watch.api_version, watch.kind, meta.name, meta.namespace, meta.uid)
+            announce = announcer(runtime, watch, ref, patch.status["conditions"], generation)
+            report = await check_drift(
+                runtime, watch, meta.namespace, meta.name, dict(meta.annotations), announce
+            )
             if report is not None:
                 for etype, reason, message in drift_events(watch, report):
                     kopf.event(body, type=etype, reason=reason, message=message)

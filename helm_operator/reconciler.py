@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,7 +246,12 @@ class DriftReport:
 
 
 async def check_drift(
-    rt: Runtime, watch: Watch, namespace: str | None, name: str, annotations: Mapping[str, str]
+    rt: Runtime,
+    watch: Watch,
+    namespace: str | None,
+    name: str,
+    annotations: Mapping[str, str],
+    announce: Callable[[tuple[ObjectDrift, ...]], Awaitable[None]] | None = None,
 ) -> DriftReport | None:
     """Compare the deployed manifest with the live objects; re-assert what drifted.
 
@@ -272,6 +277,8 @@ async def check_drift(
         drifts = tuple(detect(docs, live, watch.drift_ignore, watch.drift_trusted_managers))
         if not drifts or mode == "warn":
             return DriftReport(mode, drifts)
+        if announce is not None:
+            await announce(drifts)  # Drifted=True while correcting
         by_ref = {(str(d["kind"]), str(d["metadata"]["name"])): d for d in docs}
         for drift in drifts:
             await asyncio.to_thread(rt.kube.apply, by_ref[(drift.kind, drift.name)], rel_ns)

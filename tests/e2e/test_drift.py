@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,9 +131,24 @@ def test_manual_changes_are_corrected_without_new_revisions(
     kubectl = dres.cluster.kubectl
     ns = dres.ns
 
-    # A deleted Service is recreated.
-    kubectl("delete", "service", name, "-n", ns)
-    wait_event(dres, name, "DriftCorrected", f"Service/{name} deleted")
+    # A deleted Service is recreated; Drifted is True while correcting, False after.
+    condition = '{.status.conditions[?(@.type=="Drifted")].status}{"\\n"}'
+    watcher = subprocess.Popen(
+        [str(dres.cluster.tools.kubectl), "get", MSD, name, "-n", ns, "-w", "-o", f"jsonpath={condition}"],
+        env=dres.cluster.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.5)
+        kubectl("delete", "service", name, "-n", ns)
+        wait_event(dres, name, "DriftCorrected", f"Service/{name} deleted")
+        eventually(lambda: dres.condition(MSD, name, "Drifted").get("reason") == "DriftCorrected")
+        time.sleep(0.5)
+    finally:
+        watcher.terminate()
+    seen = [line.strip() for line in watcher.communicate(timeout=10)[0].splitlines() if line.strip()]
+    assert "True" in seen and seen[-1] == "False", seen
     assert dres.exists("service", name)
     counter = (
         "helm_operator_drift_corrections_total"
