@@ -205,17 +205,21 @@ def test_failed_upgrade_rolls_back_and_history_stays_bounded(
     assert any(e["reason"] == "Remediated" for e in res.events("flaky"))
 
 
+def start_held_upgrade(res: Resources, helm: Helm, name: str) -> str:
+    """Install ``name``, then start an upgrade whose Pods stay Pending until a node carries the
+    returned label, so `helm --wait` blocks and the release sits in pending-upgrade."""
+    res.apply(tiny(name, message="before"))
+    res.wait_condition(KIND, name, "Ready")
+    label = f"hold-{res.ns[-4:]}"
+    res.apply(tiny(name, message="after", nodeSelector={label: "yes"}))
+    eventually(lambda: releases(helm, res.ns)[name]["status"] == "pending-upgrade", what="pending-upgrade")
+    return label
+
+
 def test_operator_killed_mid_upgrade_recovers(
     operator: OperatorProcess, res: Resources, helm4: Helm, cluster: DevCluster
 ) -> None:
-    res.apply(tiny("crash", message="before"))
-    res.wait_condition(KIND, "crash", "Ready")
-    # Pods of the new revision stay Pending until a node carries the label: `helm --wait` blocks.
-    label = f"hold-{res.ns[-4:]}"
-    res.apply(tiny("crash", message="after", nodeSelector={label: "yes"}))
-    eventually(
-        lambda: releases(helm4, res.ns)["crash"]["status"] == "pending-upgrade", what="pending-upgrade"
-    )
+    label = start_held_upgrade(res, helm4, "crash")
     assert operator.proc is not None
     operator.stop(signal.SIGKILL, group=True)
     assert releases(helm4, res.ns)["crash"]["status"] == "pending-upgrade"
@@ -236,13 +240,7 @@ def test_operator_killed_mid_upgrade_recovers(
 def test_sigterm_lets_a_running_upgrade_finish(
     operator: OperatorProcess, res: Resources, helm4: Helm, cluster: DevCluster
 ) -> None:
-    res.apply(tiny("graceful", message="before"))
-    res.wait_condition(KIND, "graceful", "Ready")
-    label = f"hold-{res.ns[-4:]}"
-    res.apply(tiny("graceful", message="after", nodeSelector={label: "yes"}))
-    eventually(
-        lambda: releases(helm4, res.ns)["graceful"]["status"] == "pending-upgrade", what="pending-upgrade"
-    )
+    label = start_held_upgrade(res, helm4, "graceful")
     assert operator.proc is not None
     operator.proc.send_signal(signal.SIGTERM)
     try:
