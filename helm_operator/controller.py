@@ -107,6 +107,17 @@ class DriftScheduler:
         self.owners: dict[str, tuple[Watch, str | None, str]] = {}
         self._state: dict[str, bool] = {}  # owner -> a further check is due
 
+    def track(self, watch: Watch, namespace: str | None, name: str) -> None:
+        """A resource whose release is deployed: changes of its objects trigger checks."""
+        self.owners[target_for(watch, namespace, name)[2]] = (watch, namespace, name)
+
+    def forget(self, watch: Watch, namespace: str | None, name: str) -> None:
+        """A resource whose release is gone: no more checks, and its kinds no longer watched for it."""
+        owner = target_for(watch, namespace, name)[2]
+        self.owners.pop(owner, None)
+        if self.runtime.dependents is not None:
+            self.runtime.dependents.release(owner)
+
     def poke(self, owner: str) -> None:
         if owner not in self.owners:
             return
@@ -154,14 +165,8 @@ class DriftScheduler:
             return
         for etype, reason, message in drift_events(watch, report):
             await asyncio.to_thread(kube.event, ref, etype, reason, message)
-        status = body.get("status") or {}
-        conditions = merge_conditions(
-            status.get("conditions", []),
-            [drift_condition(report)],
-            int(body["metadata"].get("generation") or 0),
-            time.time(),
-        )
-        if report.corrected or conditions != status.get("conditions"):  # corrected: replace "Correcting"
+        conditions = merge_conditions(current, [drift_condition(report)], generation, time.time())
+        if report.corrected or conditions != current:  # corrected: replace "Correcting"
             await asyncio.to_thread(kube.patch_status, ref, watch.plural, {"conditions": conditions})
 
 
@@ -190,8 +195,7 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, dr
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
         if result.outcome.phase == "ready":
             # The safety net: every reconcile (also on resume and each resync) checks drift.
-            owner = target_for(watch, meta.namespace, meta.name)[2]
-            drift.owners[owner] = (watch, meta.namespace, meta.name)
+            drift.track(watch, meta.namespace, meta.name)
             ref = ObjectRef(watch.api_version, watch.kind, meta.name, meta.namespace, meta.uid)
             announce = announcer(runtime, watch, ref, patch.status["conditions"], generation)
             report = await check_drift(
@@ -220,10 +224,7 @@ def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, dr
             except RuntimeError as exc:
                 kopf.event(body, type="Warning", reason="UninstallFailed", message=str(exc))
                 raise kopf.TemporaryError(str(exc), delay=10) from None
-        owner = target_for(watch, meta.namespace, meta.name)[2]
-        drift.owners.pop(owner, None)
-        if runtime.dependents is not None:
-            runtime.dependents.release(owner)
+        drift.forget(watch, meta.namespace, meta.name)
         kopf.event(body, type="Normal", reason="Uninstalled", message=message)
 
     common: dict[str, Any] = dict(registry=registry, labels=labels or None, **filters)
@@ -287,9 +288,6 @@ async def _sweep_once(
                 except RuntimeError as exc:
                     log.warning("cannot finish deleting %s/%s: %s", ns, meta["name"], exc)
                     continue
-                owner = target_for(watch, ns, meta["name"])[2]
-                drift.owners.pop(owner, None)
-                if runtime.dependents is not None:
-                    runtime.dependents.release(owner)
+                drift.forget(watch, ns, meta["name"])
                 log.info("%s/%s in terminating namespace: %s", ns, meta["name"], message)
                 await asyncio.to_thread(kube.drop_finalizer, ref, watch.plural, meta["finalizers"], FINALIZER)
