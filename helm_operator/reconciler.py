@@ -191,9 +191,17 @@ async def reconcile(
                     events=tuple(events),
                 )
             case Action.GIVE_UP:
+                # Keep what the status already says (e.g. RenderFailed with Helm's message) and
+                # announce it once, not on every resync.
+                reason = (attempts.reason if attempts.permanent else None) or "RetriesExhausted"
+                stalled: Mapping[str, Any] = next(
+                    (c for c in status.get("conditions", []) if c.get("type") == "Stalled"), {}
+                )
+                already = stalled.get("status") == "True" and stalled.get("reason") == reason
+                message = stalled.get("message") if already else p.reason
                 return Result(
-                    Outcome("stalled", "RetriesExhausted", p.reason, release=release, digest=desired),
-                    events=(*events, ("Warning", "RetriesExhausted", p.reason)),
+                    Outcome("stalled", reason, message or p.reason, release=release, digest=desired),
+                    events=tuple(events) if already else (*events, ("Warning", reason, p.reason)),
                 )
             case Action.INSTALL:
                 outcome = await actions.install(rt.helm, rt.core, target)

@@ -169,6 +169,11 @@ def test_render_failure_stalls_with_helms_error(operator: OperatorProcess, res: 
     tries = len(upgrades(operator, "broken"))
     eventually(lambda: operator.handled("resync' succeeded") > 0, timeout=40, what="a resync")
     assert len(upgrades(operator, "broken")) == tries == 1
+    # …and the status keeps saying why, without a new Event on every resync.
+    stalled = res.condition(KIND, "broken", "Stalled")
+    assert stalled["reason"] == "RenderFailed" and "the chart refuses these values" in stalled["message"]
+    reasons = [e["reason"] for e in res.events("broken") if e["type"] == "Warning"]
+    assert reasons.count("RenderFailed") == 1 and "RetriesExhausted" not in reasons
 
 
 def test_long_dotted_name_gets_a_valid_release(
