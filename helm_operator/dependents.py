@@ -47,10 +47,20 @@ def signature(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
+Entry = tuple[str, str | None]  # (signature, owner)
+
+
+def relist_changes(old: Mapping[tuple[str, str], Entry], new: Mapping[tuple[str, str], Entry]) -> set[str]:
+    """Owners whose objects changed or vanished between two listings (a watch gap after 410 Gone)."""
+    owners = {old[k][1] for k in old.keys() - new.keys()}
+    owners |= {new[k][1] for k in old.keys() & new.keys() if old[k][0] != new[k][0]}
+    return {o for o in owners if o}
+
+
 class _KindWatch:
     def __init__(self, kube: Kube, kind: Kind, notify: Callable[[str], object]) -> None:
         self.kube, self.kind, self.notify = kube, kind, notify
-        self.cache: dict[tuple[str, str], str] = {}  # (namespace, name) -> signature
+        self.cache: dict[tuple[str, str], Entry] = {}  # (namespace, name) -> (signature, owner)
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"watch-{kind[1]}", daemon=True)
         self.label = f"{kind[1]}.{kind[0]}"
@@ -70,10 +80,17 @@ class _KindWatch:
     def _list_and_watch(self) -> None:
         res = self.kube.resource(*self.kind)
         listing = res.get(label_selector=SELECTOR)
-        self.cache = {
-            ((i["metadata"].get("namespace") or ""), i["metadata"]["name"]): signature(i)
+        fresh = {
+            (i["metadata"].get("namespace") or "", i["metadata"]["name"]): (
+                signature(i),
+                (i["metadata"].get("labels") or {}).get(OWNER_LABEL),
+            )
             for i in (item.to_dict() for item in listing.items)
         }
+        changed = relist_changes(self.cache, fresh)  # empty on the first listing
+        self.cache = fresh
+        for owner in changed:
+            self.notify(owner)
         DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
         rv = listing.metadata.resourceVersion
         w = k8s_watch.Watch()
@@ -101,9 +118,9 @@ class _KindWatch:
             DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
         else:
             sig = signature(obj)
-            if self.cache.get(key) == sig:
+            if self.cache.get(key, ("", None))[0] == sig:
                 return  # status-only or no-op update
-            self.cache[key] = sig
+            self.cache[key] = (sig, owner)
             DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
             if etype == "ADDED":
                 return  # created by helm or by a correction: nothing drifted
