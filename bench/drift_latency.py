@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 
-from helm_operator.devcluster import DevCluster
-from helm_operator.tools import Toolchain
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
 from tests.e2e.operator import REPO, OperatorProcess, Resources
 
 NAME = "ms-bench"

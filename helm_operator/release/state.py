@@ -7,18 +7,11 @@ without a cluster and a resync of an unchanged CR never starts ``helm``.
 
 from __future__ import annotations
 
-import hashlib
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
-MAX_RELEASE_NAME = 53
-_VALID_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-OWNER_LABEL = "helm-operator.io/owner"
-DIGEST_LABEL = "helm-operator.io/digest"
-
-PENDING_STATUSES = frozenset({"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"})
+from helm_operator.release.attempts import Attempts
+from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 
 
 class ReleaseState(StrEnum):
@@ -42,35 +35,6 @@ class Action(StrEnum):
 
 
 @dataclass(frozen=True)
-class StoredRelease:
-    """The latest revision in Helm's storage, as read from the API (no ``helm`` process)."""
-
-    name: str
-    namespace: str
-    revision: int
-    status: str
-    owner: str | None = None
-    digest: str | None = None
-    chart_name: str = ""
-    chart_version: str = ""
-    app_version: str = ""
-    ever_deployed: bool = False
-    manifest: str = field(default="", repr=False, compare=False)  # the rendered objects (YAML stream)
-
-
-@dataclass(frozen=True)
-class Attempts:
-    """Failure memory kept in the CR status: consecutive failures for one digest."""
-
-    digest: str | None = None
-    failures: int = 0
-    last_attempt: float = 0.0
-    permanent: bool = False  # the failure cannot go away without a change (e.g. the chart fails to render)
-    action: str | None = None
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
 class RetryPolicy:
     base: float = 5.0
     cap: float = 300.0
@@ -81,27 +45,6 @@ class RetryPolicy:
         if failures <= 0:
             return 0.0
         return float(min(self.cap, self.base * 2 ** (failures - 1)))
-
-
-def owner_id(group: str, kind: str, namespace: str, name: str) -> str:
-    """A label-safe identity of the CR that owns a release; stable across CR re-creation."""
-    raw = f"{kind}.{group}/{namespace}/{name}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:40]
-
-
-def release_name(cr_name: str) -> str:
-    """The CR name made a valid Helm release name: DNS-1123 label, at most 53 characters.
-
-    A name that is already valid is kept. Otherwise it is lower-cased, dots and other characters
-    become ``-``, and a stable hash of the original is appended, so two CR names that clean up
-    to the same text still get different releases.
-    """
-    if len(cr_name) <= MAX_RELEASE_NAME and _VALID_NAME.match(cr_name):
-        return cr_name
-    suffix = hashlib.sha256(cr_name.encode()).hexdigest()[:8]
-    cleaned = re.sub(r"[^a-z0-9-]+", "-", cr_name.lower()).strip("-")
-    head = cleaned[: MAX_RELEASE_NAME - len(suffix) - 1].rstrip("-")
-    return f"{head}-{suffix}" if head else f"r-{suffix}"
 
 
 def determine_state(release: StoredRelease | None, desired_digest: str, owner: str) -> ReleaseState:
@@ -150,6 +93,12 @@ def plan(
             assert release is not None
             if not release.ever_deployed:
                 candidate = Plan(Action.REINSTALL, "the first install failed; cleaning up and retrying")
+            elif release.interrupted:
+                # Its writer died mid-upgrade: nothing was wrong with the release itself, so go
+                # straight to the desired one (one new revision) rather than roll back first.
+                return Plan(
+                    Action.UPGRADE, "the last upgrade was interrupted; upgrading to the desired values"
+                )
             elif rollback_on_failure and release.digest == desired_digest:
                 return Plan(
                     Action.ROLLBACK, "the last upgrade failed; rolling back to the last good revision"

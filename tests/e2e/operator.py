@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from helm_operator.devcluster import DevCluster
+from helm_operator.dev.devcluster import DevCluster
 
 REPO = Path(__file__).resolve().parents[2]
 

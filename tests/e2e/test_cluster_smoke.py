@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helm_operator.devcluster import DevCluster
-from helm_operator.tools import Toolchain
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
 
 from .conftest import Helm
 from .operator import eventually

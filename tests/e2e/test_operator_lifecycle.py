@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from helm_operator.devcluster import DevCluster
-from helm_operator.release.state import OWNER_LABEL, owner_id, release_name
-from helm_operator.tools import Toolchain
+from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
 
 from .conftest import Helm
 from .operator import OperatorProcess, Resources, eventually

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from helm_operator.devcluster import DevCluster
-from helm_operator.tools import Toolchain
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
 
 from .conftest import Helm
 from .operator import REPO, OperatorProcess, Resources, eventually

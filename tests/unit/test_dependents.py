@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from helm_operator.dependents import relist_changes, signature
+from helm_operator.drift.dependents import relist_changes, signature
 
 
 def test_relist_reports_owners_of_changed_and_vanished_objects() -> None:

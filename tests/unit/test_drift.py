@@ -1,11 +1,24 @@
+"""The pure half of drift: compare a dry-run result with the live object, name paths, apply rules."""
+
 from __future__ import annotations
 
 import base64
-from decimal import Decimal
+import copy
+from typing import Any
 
-from helm_operator.drift import IgnoreRule, detect, diff, object_drift, quantity, scalars_equal
+from helm_operator.config.watches import IgnoreRule
+from helm_operator.drift.diff import (
+    HELM_RELEASE_NAME,
+    HELM_RELEASE_NAMESPACE,
+    changed_paths,
+    managed_paths,
+    object_drift,
+    rules_for,
+    with_helm_ownership,
+    without_ignored,
+)
 
-DEPLOY = {
+DEPLOY: dict[str, Any] = {
     "apiVersion": "apps/v1",
     "kind": "Deployment",
     "metadata": {"name": "web", "labels": {"app": "web"}},
@@ -18,7 +31,7 @@ DEPLOY = {
                     {
                         "name": "app",
                         "image": "nginx:1",
-                        "ports": [{"containerPort": 80}],
+                        "ports": [{"containerPort": 80, "protocol": "TCP"}],
                         "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
                         "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
                     },
@@ -30,137 +43,101 @@ DEPLOY = {
 }
 
 
-def live_of(desired: dict) -> dict:
-    """What the API server returns: the same plus defaults, status and server metadata."""
-    import copy
-
-    live = copy.deepcopy(desired)
-    live["metadata"].update(
-        {"uid": "u", "resourceVersion": "7", "annotations": {"meta.helm.sh/release-name": "x"}}
+def server(obj: dict[str, Any], rv: str = "7") -> dict[str, Any]:
+    """What the API server returns: the object plus server metadata, defaults and status."""
+    out = copy.deepcopy(obj)
+    out["metadata"].update(
+        {
+            "uid": "u",
+            "resourceVersion": rv,
+            "generation": 2,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [{"manager": "helm", "operation": "Apply", "time": rv}],
+        }
     )
-    live["metadata"]["labels"]["extra"] = "added-by-hand"
-    live["spec"]["strategy"] = {"type": "RollingUpdate"}
-    c = live["spec"]["template"]["spec"]["containers"]
-    c.reverse()  # a different order is not drift
-    c[1]["ports"][0]["protocol"] = "TCP"
-    c[1]["imagePullPolicy"] = "IfNotPresent"
-    c[1]["env"].reverse()
-    c[1]["resources"]["limits"] = {"cpu": 1, "memory": "1024Mi"}
-    live["status"] = {"replicas": 3}
-    return live
+    out["spec"]["strategy"] = {"type": "RollingUpdate"}
+    out["status"] = {"replicas": 3}
+    return out
 
 
-def test_defaults_order_extra_labels_and_equal_quantities_are_not_drift() -> None:
-    assert object_drift(DEPLOY, live_of(DEPLOY)) is None
+def test_volatile_metadata_and_status_are_not_drift() -> None:
+    live = server(DEPLOY, rv="7")
+    dry_run = server(DEPLOY, rv="8")
+    dry_run["status"] = {}
+    assert changed_paths(dry_run, live) == []
+    assert object_drift(DEPLOY, dry_run, live) is None
 
 
-def test_changed_fields_are_reported_by_path() -> None:
-    live = live_of(DEPLOY)
+def test_changes_are_named_by_keyed_list_items() -> None:
+    dry_run, live = server(DEPLOY), server(DEPLOY)
+    app = live["spec"]["template"]["spec"]["containers"][0]
+    app["image"] = "nginx:2"
+    app["env"][1]["value"] = "changed"
     live["spec"]["replicas"] = 1
-    app = next(c for c in live["spec"]["template"]["spec"]["containers"] if c["name"] == "app")
-    next(e for e in app["env"] if e["name"] == "B")["value"] = "changed"
-    app["resources"]["limits"]["memory"] = "2Gi"
-    del live["metadata"]["labels"]["app"]
-    drift = object_drift(DEPLOY, live)
-    assert drift is not None and drift.ref == "Deployment/web"
-    assert drift.paths == (
+    live["metadata"]["labels"]["app"] = "other"
+    assert changed_paths(dry_run, live) == [
         "/metadata/labels/app",
         "/spec/replicas",
         "/spec/template/spec/containers[app]/env[B]/value",
-        "/spec/template/spec/containers[app]/resources/limits/memory",
-    )
-
-
-def test_missing_list_item_and_missing_object() -> None:
-    live = live_of(DEPLOY)
-    live["spec"]["template"]["spec"]["containers"] = [
-        c for c in live["spec"]["template"]["spec"]["containers"] if c["name"] != "sidecar"
+        "/spec/template/spec/containers[app]/image",
     ]
-    assert object_drift(DEPLOY, live).paths == ("/spec/template/spec/containers[sidecar]",)
-    gone = object_drift(DEPLOY, None)
-    assert gone is not None and gone.missing and gone.summary() == "Deployment/web deleted"
 
 
-def test_service_ports_keyed_by_port() -> None:
+def test_missing_items_and_objects() -> None:
+    dry_run, live = server(DEPLOY), server(DEPLOY)
+    del live["spec"]["template"]["spec"]["containers"][1]
+    assert changed_paths(dry_run, live) == ["/spec/template/spec/containers[sidecar]"]
+    drift = object_drift(DEPLOY, None, None)
+    assert drift is not None and drift.missing and drift.summary() == "Deployment/web deleted"
+
+
+def test_service_ports_are_keyed_by_port() -> None:
     svc = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "s"},
-        "spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443, "targetPort": "https"}]},
+        "spec": {"ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]},
     }
-    live = {
-        "spec": {
-            "ports": [
-                {"port": 443, "targetPort": "https", "protocol": "TCP", "nodePort": 31000},
-                {"port": 80, "targetPort": 8080, "protocol": "TCP"},
-            ],
-            "clusterIP": "10.0.0.1",
-        },
-        "metadata": {},
-    }
-    assert object_drift(svc, live) is None
-    live["spec"]["ports"][1]["targetPort"] = 9090
-    assert object_drift(svc, live).paths == ("/spec/ports[80,TCP]/targetPort",)
+    dry_run, live = copy.deepcopy(svc), copy.deepcopy(svc)
+    live["spec"]["ports"][0]["targetPort"] = 9090
+    assert changed_paths(dry_run, live) == ["/spec/ports[80,TCP]/targetPort"]
 
 
-def test_quantities_and_numbers() -> None:
-    assert quantity("1Gi") == quantity("1024Mi") == Decimal(2**30)
-    assert quantity("500m") == Decimal("0.5") and quantity("1e3") == Decimal(1000)
-    assert scalars_equal("1", 1) and scalars_equal("0.5", "500m") and scalars_equal(80, "80")
-    assert not scalars_equal("1Gi", "1G") and not scalars_equal(True, "true") and not scalars_equal(1, 2)
-    assert quantity("abc") is None and quantity(True) is None
+def test_plain_lists_are_positional() -> None:
+    a = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "args": ["a", "b"]}
+    b = copy.deepcopy(a)
+    b["args"][1] = "c"
+    assert changed_paths(a, b) == ["/args/1"]
 
 
-def test_ignore_rules_and_hpa_preset() -> None:
+def test_ignore_rules_and_the_hpa_preset() -> None:
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": "web"},
         "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "minReplicas": 3},
     }
-    live = live_of(DEPLOY)
-    live["spec"]["replicas"] = 7  # the HPA scaled it
-    live_hpa = {**hpa, "metadata": {"name": "web"}}
-    assert (
-        detect([DEPLOY, hpa], {("Deployment", "web"): live, ("HorizontalPodAutoscaler", "web"): live_hpa})
-        == []
-    )
-    [d] = detect([DEPLOY], {("Deployment", "web"): live})  # without an HPA it is drift
-    assert d.paths == ("/spec/replicas",)
+    dry_run, live = server(DEPLOY), server(DEPLOY)
+    live["spec"]["replicas"] = 7  # the HPA scaled it; the forced dry-run says 3
+    assert object_drift(DEPLOY, dry_run, live, rules_for([DEPLOY, hpa], [])) is None
+    drift = object_drift(DEPLOY, dry_run, live, rules_for([DEPLOY], []))  # without an HPA it is drift
+    assert drift is not None and drift.paths == ("/spec/replicas",)
+    live["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:2"
     rule = IgnoreRule("/spec/template/spec/containers[app]/image", kind="Deployment")
-    live["spec"]["template"]["spec"]["containers"][1]["image"] = "nginx:2"
-    assert (
-        detect(
-            [DEPLOY, hpa], {("Deployment", "web"): live, ("HorizontalPodAutoscaler", "web"): live_hpa}, [rule]
-        )
-        == []
-    )
+    assert object_drift(DEPLOY, dry_run, live, rules_for([DEPLOY, hpa], [rule])) is None
     assert IgnoreRule("/spec", name="other").matches("Deployment", "web", "/spec/replicas") is False
 
 
-def test_secret_string_data_compares_with_data_and_is_not_leaked() -> None:
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "s"},
-        "stringData": {"password": "hunter2"},
-    }
-    live = {"metadata": {}, "data": {"password": base64.b64encode(b"hunter2").decode()}, "type": "Opaque"}
-    assert object_drift(secret, live) is None
-    live["data"]["password"] = base64.b64encode(b"changed").decode()
-    drift = object_drift(secret, live)
-    assert drift.paths == ("/data/password",)
-    assert "hunter2" not in drift.summary() and "changed" not in drift.summary()
-
-
-def test_diff_of_plain_lists_is_positional() -> None:
-    assert diff({"args": ["a", "b"]}, {"args": ["a", "c"]}) == ["/args/1"]
-    assert diff({"args": ["a"]}, {"args": ["a", "b"]}) == ["/args"]
+def test_secret_paths_never_carry_values() -> None:
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}
+    dry_run = {**secret, "data": {"password": base64.b64encode(b"hunter2").decode()}}
+    live = {**secret, "data": {"password": base64.b64encode(b"changed").decode()}}
+    drift = object_drift(secret, dry_run, live)
+    assert drift is not None and drift.paths == ("/data/password",)
+    assert "hunter2" not in drift.summary() and "aHVudGVy" not in drift.summary()
 
 
 def test_fields_of_trusted_managers_are_not_drift() -> None:
-    from helm_operator.drift import managed_paths
-
     fields = {
         "f:spec": {
             "f:replicas": {},
@@ -174,12 +151,21 @@ def test_fields_of_trusted_managers_are_not_drift() -> None:
         "/spec/template/spec/containers[app]",
         "/spec/template/spec/containers[app]/image",
     ]
-    live = live_of(DEPLOY)
+    dry_run, live = server(DEPLOY), server(DEPLOY)
     live["spec"]["replicas"] = 9
     live["metadata"]["managedFields"] = [
         {"manager": "autoscaler", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
-        {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
     ]
-    assert detect([DEPLOY], {("Deployment", "web"): live}, trusted_managers=["autoscaler"]) == []
-    [d] = detect([DEPLOY], {("Deployment", "web"): live}, trusted_managers=["someone-else"])
-    assert d.paths == ("/spec/replicas",)
+    assert object_drift(DEPLOY, dry_run, live, trusted_managers=["autoscaler"]) is None
+    drift = object_drift(DEPLOY, dry_run, live, trusted_managers=["someone-else"])
+    assert drift is not None and drift.paths == ("/spec/replicas",)
+
+
+def test_corrections_carry_helms_ownership_and_leave_ignored_fields_out() -> None:
+    owned = with_helm_ownership(DEPLOY, "rel", "ns")
+    assert owned["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert owned["metadata"]["labels"]["app"] == "web"
+    assert owned["metadata"]["annotations"] == {HELM_RELEASE_NAME: "rel", HELM_RELEASE_NAMESPACE: "ns"}
+    assert "annotations" not in DEPLOY["metadata"]  # the input is not changed
+    body = without_ignored(owned, ["/spec/replicas", "/spec/template/spec/containers[app]/image"])
+    assert "replicas" not in body["spec"] and body["spec"]["template"] == DEPLOY["spec"]["template"]

@@ -4,17 +4,10 @@ import re
 
 import pytest
 
-from helm_operator.release.state import (
-    Action,
-    Attempts,
-    ReleaseState,
-    RetryPolicy,
-    StoredRelease,
-    determine_state,
-    owner_id,
-    plan,
-    release_name,
-)
+from helm_operator.core.naming import owner_id, release_name
+from helm_operator.release.attempts import Attempts
+from helm_operator.release.record import StoredRelease
+from helm_operator.release.state import Action, ReleaseState, RetryPolicy, determine_state, plan
 
 OWNER = "o1"
 DIGEST = "d1"

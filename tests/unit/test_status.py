@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from helm_operator.helm import mask
-from helm_operator.release.state import StoredRelease
-from helm_operator.status import HISTORY_MAX, Outcome, status_patch
+from helm_operator.core.masking import mask
+from helm_operator.release.outcome import Outcome, Remediation
+from helm_operator.release.record import StoredRelease
+from helm_operator.release.status import HISTORY_MAX, progress_patch, status_patch
 
 
 def cond(patch: dict, ctype: str) -> dict:
@@ -45,8 +46,9 @@ def test_ready_outcome_sets_kstatus_conditions_and_release_record() -> None:
 
 
 def test_failures_are_counted_per_digest_and_cleared_on_success() -> None:
+    rolled_back = Remediation("rollback", True, "rolled back to the previous revision")
     failed = Outcome(
-        "failed", "UpgradeFailed", "boom", action="upgrade", digest="d2", remediated="rolled back"
+        "failed", "UpgradeFailed", "boom", action="upgrade", digest="d2", remediation=rolled_back
     )
     p1 = status_patch({}, failed, 1, 10)
     assert p1["lastAttempt"]["failures"] == 1
@@ -59,6 +61,27 @@ def test_failures_are_counted_per_digest_and_cleared_on_success() -> None:
     ok = status_patch(p3, Outcome("ready", "UpgradeSucceeded", "ok", action="upgrade", release=REL), 2, 40)
     assert ok["lastAttempt"] is None
     assert cond(ok, "Remediated")["status"] == "False"
+
+
+def test_a_failed_remediation_is_never_reported_as_a_success() -> None:
+    for kind, ok, reason in (
+        ("rollback", False, "RollbackFailed"),
+        ("uninstall", False, "CleanupFailed"),
+        ("uninstall", True, "CleanedUp"),
+    ):
+        remediation = Remediation(kind, ok, "rolled back? no: rollback failed: timed out")  # type: ignore[arg-type]
+        out = Outcome("failed", "InstallFailed", "x", action="install", digest="d", remediation=remediation)
+        c = cond(status_patch({}, out, 1, 0), "Remediated")
+        assert (c["status"], c["reason"]) == ("True" if ok else "False", reason)
+
+
+def test_progress_says_reconciling_and_ready_unknown_for_the_new_generation() -> None:
+    ready = status_patch({}, Outcome("ready", "InstallSucceeded", "ok", action="install", release=REL), 1, 0)
+    p = progress_patch(ready, "upgrade", "chart or values changed", 2, 5)
+    assert (cond(p, "Ready")["status"], cond(p, "Ready")["reason"]) == ("Unknown", "Upgrading")
+    assert cond(p, "Reconciling")["status"] == "True" and cond(p, "Reconciling")["observedGeneration"] == 2
+    assert cond(p, "Stalled")["status"] == "False"
+    assert cond(p, "Released") == cond(ready, "Released")  # what is deployed has not changed yet
 
 
 def test_stalled_outcome() -> None:
@@ -101,8 +124,7 @@ def test_mask_hides_secret_values() -> None:
 
 
 def test_next_attempts() -> None:
-    from helm_operator.release.state import Attempts
-    from helm_operator.status import next_attempts
+    from helm_operator.release.attempts import Attempts, next_attempts
 
     failed = Outcome("failed", "UpgradeFailed", "x", action="upgrade", digest="d")
     a1 = next_attempts(Attempts(), failed, 10.7)

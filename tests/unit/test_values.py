@@ -4,8 +4,8 @@ import json
 import tarfile
 from pathlib import Path
 
-from helm_operator.values import digest, load_chart, merge, user_values, validate
-from helm_operator.watches import ChartRef
+from helm_operator.config.charts import ChartRef, load_chart
+from helm_operator.core.values import digest, merge, user_values, validate
 
 
 def test_maps_merge_deeply_lists_and_scalars_replace() -> None:

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from helm_operator.watches import (
+from helm_operator.config.watches import (
     WatchesError,
-    default_plural,
     expand_env,
     load_watches,
     parse_duration,
+    resolve,
     selector_matches,
 )
 
@@ -46,11 +47,12 @@ def test_operator_sdk_format_loads_unchanged(tmp_path: Path, chart_dir: Path) ->
 """,
     )
     [w] = load_watches(path, env={"IMAGE_REPO": "quay.io/x", "TAG": "1.6"})
-    assert (w.group, w.version, w.kind, w.plural) == (
+    assert (w.group, w.version, w.kind, w.plural, w.scope) == (
         "cache.example.com",
         "v1alpha1",
         "Memcached",
-        "memcacheds",
+        None,  # plural and scope come from API discovery, not from a guess
+        None,
     )
     assert w.chart.path == chart_dir.resolve()
     assert w.override_values == {"image": "quay.io/x/memcached:1.6"}
@@ -154,14 +156,23 @@ def test_expand_env_walks_nested_values() -> None:
     }
 
 
-def test_default_plural() -> None:
-    assert [default_plural(k) for k in ("Memcached", "AppService", "Policy", "Gateway", "Nginx")] == [
-        "memcacheds",
-        "appservices",
-        "policies",
-        "gateways",
-        "nginxes",
-    ]
+def test_resolve_takes_plural_and_scope_from_the_server(chart_dir: Path) -> None:
+    path = chart_dir.parent.parent / "watches.yaml"
+    path.write_text(
+        "- {group: monitoring.example.com, version: v1, kind: KubeStateMetrics, chart: charts/app}\n"
+    )
+    [w] = load_watches(path)
+    r = resolve(w, "kubestatemetrics", namespaced=True)
+    assert (r.plural, r.scope, r.served_plural) == ("kubestatemetrics", "Namespaced", "kubestatemetrics")
+    with pytest.raises(WatchesError, match="field 'releaseNamespace': KubeStateMetrics is cluster-scoped"):
+        resolve(w, "kubestatemetrics", namespaced=False)
+    path.write_text(
+        "- {group: g.example.com, version: v1, kind: Policy, chart: charts/app, plural: policys}\n"
+    )
+    [w] = load_watches(path)
+    with pytest.raises(WatchesError, match=r"entry 0: field 'plural': Policy is served as 'policies'"):
+        resolve(w, "policies", namespaced=True)
+    assert resolve(replace(w, plural="policies"), "policies", True).plural == "policies"
 
 
 def test_selector_matches() -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from helm_operator.drift import IgnoreRule
+from helm_operator.config.charts import ChartRef
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -38,17 +38,21 @@ class WatchesError(ValueError):
 
 
 @dataclass(frozen=True)
-class ChartRef:
-    """A local chart directory or packaged ``.tgz``, or a remote reference (repo URL or ``oci://``)."""
+class IgnoreRule:
+    """A JSON pointer (prefix) to ignore, optionally only for one kind and/or name."""
 
-    ref: str
-    path: Path | None = None
-    version: str | None = None
-    repo: str | None = None
+    pointer: str
+    kind: str | None = None
+    name: str | None = None
 
-    @property
-    def is_local(self) -> bool:
-        return self.path is not None
+    def matches(self, kind: str, name: str, path: str) -> bool:
+        if self.kind and self.kind != kind:
+            return False
+        if self.name and self.name != name:
+            return False
+        return (
+            path == self.pointer or path.startswith(self.pointer + "/") or path.startswith(self.pointer + "[")
+        )
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,8 @@ class Watch:
     version: str
     kind: str
     chart: ChartRef
-    plural: str
-    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
+    plural: str | None = None  # None: from API discovery at start-up (``resolve``)
+    scope: Literal["Namespaced", "Cluster"] | None = None  # None: from API discovery
     release_namespace: str | None = None
     watch_dependent_resources: bool = True
     override_values: Mapping[str, Any] = field(default_factory=dict)
@@ -72,10 +76,19 @@ class Watch:
     hooks: str | None = None
     drift_ignore: tuple[IgnoreRule, ...] = ()
     drift_trusted_managers: tuple[str, ...] = ()
+    allowed_namespaces: tuple[str, ...] = ()  # namespaces (globs) a namespaced resource may reach
+    allow_cluster_scoped: bool = False  # a namespaced resource may create cluster-scoped objects
+    source: str = ""  # "watches.yaml: entry 2", for errors found after loading
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def served_plural(self) -> str:
+        """The plural the API server serves the kind under (after :func:`resolve`)."""
+        assert self.plural is not None, f"{self.kind}: the watch was not resolved against the API"
+        return self.plural
 
     @property
     def key(self) -> str:
@@ -121,16 +134,6 @@ def expand_env(value: Any, env: Mapping[str, str], where: str = "") -> Any:
     if isinstance(value, list):
         return [expand_env(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
-
-
-def default_plural(kind: str) -> str:
-    """Kubernetes' own guess for a plural (what ``kubebuilder`` would generate)."""
-    lower = kind.lower()
-    if lower.endswith(("s", "x", "z", "ch", "sh")):
-        return lower + "es"
-    if lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
-        return lower[:-1] + "ies"
-    return lower + "s"
 
 
 def _validate_selector(sel: Any) -> str | None:
@@ -186,6 +189,8 @@ _KNOWN_FIELDS = {
     "hooks",
     "driftIgnore",
     "driftTrustedManagers",
+    "allowedNamespaces",
+    "allowClusterScoped",
 }
 
 
@@ -268,8 +273,8 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
     if problem:
         raise fail("selector", problem)
 
-    scope = raw.get("scope", "Namespaced")
-    if scope not in ("Namespaced", "Cluster"):
+    scope = raw.get("scope")
+    if scope not in (None, "Namespaced", "Cluster"):
         raise fail("scope", f"expected Namespaced or Cluster, got {scope!r}")
     release_namespace = string("releaseNamespace")
     if release_namespace and not _DNS_LABEL.match(release_namespace):
@@ -279,8 +284,8 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
     if scope == "Cluster" and not release_namespace:
         raise fail("releaseNamespace", "a cluster-scoped kind needs a releaseNamespace for its releases")
 
-    plural = string("plural") or default_plural(kind)
-    if not _DNS_LABEL.match(plural):
+    plural = string("plural")
+    if plural is not None and not _DNS_LABEL.match(plural):
         raise fail("plural", f"expected a lower-case resource name, got {plural!r}")
 
     upgrade = raw.get("upgrade", {}) or {}
@@ -314,6 +319,10 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
             "driftTrustedManagers", "'helm' is the manager drift corrections use; it cannot be trusted"
         )
 
+    allowed = raw.get("allowedNamespaces", []) or []
+    if not isinstance(allowed, list) or not all(isinstance(n, str) and n for n in allowed):
+        raise fail("allowedNamespaces", "expected a list of namespace names or globs")
+
     return Watch(
         group=group,
         version=version,
@@ -334,6 +343,9 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         hooks=hooks,
         drift_ignore=tuple(drift_ignore),
         drift_trusted_managers=tuple(trusted),
+        allowed_namespaces=tuple(allowed),
+        allow_cluster_scoped=boolean("allowClusterScoped", False),
+        source=f"{path}: entry {index}",
     )
 
 
@@ -381,3 +393,30 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
         if (op == "Exists" and not present) or (op == "DoesNotExist" and present):
             return False
     return True
+
+
+def resolve(watch: Watch, plural: str, namespaced: bool) -> Watch:
+    """The watch with the plural and scope the API server serves its kind under.
+
+    A ``plural`` or ``scope`` written in the file must agree with the server; a cluster-scoped kind
+    needs ``releaseNamespace``. Raises :class:`WatchesError` naming the entry and field.
+    """
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced" if namespaced else "Cluster"
+    where = watch.source or watch.key
+    if watch.plural is not None and watch.plural != plural:
+        raise WatchesError(
+            where,
+            f"{watch.kind} is served as {plural!r} by the API server, not {watch.plural!r}",
+            fieldname="plural",
+        )
+    if watch.scope is not None and watch.scope != scope:
+        raise WatchesError(
+            where, f"{watch.kind} is {scope} on the API server, not {watch.scope}", fieldname="scope"
+        )
+    if scope == "Cluster" and not watch.release_namespace:
+        raise WatchesError(
+            where,
+            f"{watch.kind} is cluster-scoped: its releases need a releaseNamespace",
+            fieldname="releaseNamespace",
+        )
+    return replace(watch, plural=plural, scope=scope)

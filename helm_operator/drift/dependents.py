@@ -19,9 +19,9 @@ from typing import Any
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from helm_operator.kube import Kube
-from helm_operator.metrics import DEPENDENT_CACHE
-from helm_operator.release.state import OWNER_LABEL
+from helm_operator.adapters.kube import Kube
+from helm_operator.adapters.metrics import DEPENDENT_CACHE
+from helm_operator.core.naming import OWNER_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,9 @@ from typing import Any
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-log = logging.getLogger(__name__)
+from helm_operator.core.naming import HELM_FIELD_MANAGER
 
-# Helm's own field manager (helm 4 applies server-side as "helm", helm 3 updates as "helm"): drift
-# corrections made under this name never conflict with the next `helm upgrade`.
-HELM_FIELD_MANAGER = "helm"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,41 +41,41 @@ class Kube:
     def resource(self, api_version: str, kind: str) -> Any:
         return self.dyn.resources.get(api_version=api_version, kind=kind)
 
-    def live_objects(
-        self, docs: Sequence[Mapping[str, Any]], namespace: str
-    ) -> dict[tuple[str, str], dict[str, Any] | None]:
-        """The live counterpart of each manifest object, None where it does not exist."""
-        out: dict[tuple[str, str], dict[str, Any] | None] = {}
-        for doc in docs:
-            meta = doc.get("metadata") or {}
-            res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
-            ns = (meta.get("namespace") or namespace) if res.namespaced else None
-            try:
-                out[(str(doc["kind"]), str(meta["name"]))] = res.get(
-                    name=meta["name"], namespace=ns
-                ).to_dict()
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                out[(str(doc["kind"]), str(meta["name"]))] = None
-        return out
+    def get(self, doc: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
+        """The live counterpart of a manifest object; None where it does not exist."""
+        meta = doc.get("metadata") or {}
+        res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
+        ns = (meta.get("namespace") or namespace) if res.namespaced else None
+        try:
+            found: dict[str, Any] = res.get(name=meta["name"], namespace=ns).to_dict()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+        return found
 
-    def apply(self, doc: Mapping[str, Any], namespace: str) -> None:
-        """Server-side apply one manifest object as Helm's field manager (creates it if missing)."""
+    def apply(self, doc: Mapping[str, Any], namespace: str, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply one object as Helm's field manager, forcing conflicts (creates it if
+        missing). With ``dry_run`` nothing is stored: the result is what the API server would make
+        of it (defaults, normalised quantities and ports, merged keyed lists)."""
         res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
         body = dict(doc)
         meta = dict(body.get("metadata") or {})
         if res.namespaced:
             meta.setdefault("namespace", namespace)
         body["metadata"] = meta
-        self.dyn.server_side_apply(
+        kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        result = self.dyn.server_side_apply(
             res,
             body=body,
             name=meta["name"],
             namespace=meta.get("namespace"),
             field_manager=HELM_FIELD_MANAGER,
             force_conflicts=True,
+            **kwargs,
         )
+        out: dict[str, Any] = result.to_dict()
+        return out
 
     def get_custom(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
         group, _, version = ref.api_version.rpartition("/")

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from helm_operator.tools import Toolchain
+from helm_operator.dev.tools import Toolchain
 
 log = logging.getLogger(__name__)
 

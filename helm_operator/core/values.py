@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import io
 import json
-import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
-from helm_operator.watches import ChartRef
+from helm_operator.config.charts import ChartInfo
 
 Values = dict[str, Any]
 
@@ -77,62 +73,13 @@ def validate(values: Mapping[str, Any], schema: Mapping[str, Any] | None) -> lis
     return sorted(found, key=lambda v: (v.path, v.message))
 
 
-@dataclass(frozen=True)
-class ChartInfo:
-    """What the operator needs to know about a chart before calling Helm."""
+def digest(chart: ChartInfo, values: Mapping[str, Any], owner_uid: str = "") -> str:
+    """Stable digest of what a release should be (label-safe hex), independent of key order.
 
-    name: str
-    version: str
-    app_version: str | None
-    defaults: Values
-    schema: Mapping[str, Any] | None
-    content_digest: str
-
-
-def _files_of_dir(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    }
-
-
-def _files_of_tgz(path: Path) -> dict[str, bytes]:
-    files: dict[str, bytes] = {}
-    with tarfile.open(path, "r:gz") as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                fh = tar.extractfile(member)
-                if fh is not None:
-                    # Strip the top directory (the chart name) so paths match a directory chart.
-                    files[member.name.split("/", 1)[-1]] = fh.read()
-    return files
-
-
-def load_chart(ref: ChartRef) -> ChartInfo:
-    """Read a local chart (directory or .tgz): metadata, defaults, schema and a content digest."""
-    if ref.path is None:
-        raise ValueError(f"chart {ref.ref} is not local; pull it first")
-    files = _files_of_dir(ref.path) if ref.path.is_dir() else _files_of_tgz(ref.path)
-    meta = yaml.safe_load(io.BytesIO(files["Chart.yaml"])) or {}
-    defaults = yaml.safe_load(io.BytesIO(files.get("values.yaml", b""))) or {}
-    schema_raw = files.get("values.schema.json")
-    schema = json.loads(schema_raw) if schema_raw else None
-    h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    return ChartInfo(
-        name=str(meta.get("name", "")),
-        version=str(meta.get("version", "")),
-        app_version=str(meta["appVersion"]) if meta.get("appVersion") is not None else None,
-        defaults=defaults,
-        schema=schema,
-        content_digest=h.hexdigest(),
-    )
-
-
-def digest(chart: ChartInfo, values: Mapping[str, Any]) -> str:
-    """Stable digest of what a release should be (label-safe hex), independent of key order."""
-    doc = {"chart": [chart.name, chart.version, chart.content_digest], "values": values}
+    The owner's uid is part of it: a resource deleted and created again under the same name (its
+    release left behind) gets one upgrade, which re-renders its objects with the new owner and
+    re-creates what garbage collection removed, instead of adopting the release as it is.
+    """
+    doc = {"chart": [chart.name, chart.version, chart.content_digest], "values": values, "owner": owner_uid}
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import time
@@ -11,36 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from helm_operator.devcluster import ClusterError, DevCluster, reap_orphans
-from helm_operator.tools import Toolchain, ToolsMissing
-from helm_operator.watches import WatchesError, load_watches
+from helm_operator.config.watches import WatchesError, load_watches
 
 EXIT_CONFIG = 2
 
 
-def _helm_executable(explicit: str | None) -> str:
-    """--helm, else $HELM_OPERATOR_HELM / the bootstrap-built helm, else `helm` on PATH."""
-    if explicit:
-        return explicit
-    built = Toolchain.discover().helm
-    return str(built) if built.is_file() else "helm"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    import asyncio
-    import os
-    import tempfile
+    from kubernetes import config
 
-    import kopf
-    import prometheus_client
-    from kubernetes import client, config
-
-    from helm_operator.controller import DriftScheduler, configure, register, sweep_terminating
-    from helm_operator.dependents import DependentWatches
-    from helm_operator.helm import Helm, HelmSettings
-    from helm_operator.kube import Kube
-    from helm_operator.reconciler import Runtime
     from helm_operator.release.state import RetryPolicy
+    from helm_operator.runtime.app import App, Settings
 
     try:
         watches = load_watches(args.watches_file)
@@ -51,70 +32,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
     ]
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
+    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        default = Path.home() / ".kube/config"
+        kubeconfig = str(default) if default.is_file() else None
+    settings = Settings(
+        watches=watches,
+        namespaces=namespaces,
+        kubeconfig=kubeconfig,
+        helm=args.helm or os.environ.get("HELM_OPERATOR_HELM") or "helm",
+        max_helm_processes=args.max_helm_processes,
+        retry=RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries),
+        chart_cache=Path(args.chart_cache),
+        metrics_port=args.metrics_port,
+    )
     try:
-        if kubeconfig:
-            os.environ["KUBECONFIG"] = kubeconfig
-            config.load_kube_config(config_file=kubeconfig)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-        else:
-            config.load_kube_config()
+        app = App(settings)
     except config.ConfigException as exc:
         print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
         return 1
-    helm = Helm(
-        HelmSettings(
-            executable=_helm_executable(args.helm),
-            kubeconfig=Path(kubeconfig) if kubeconfig else None,
-            max_processes=args.max_helm_processes,
-            postrender_dir=Path(tempfile.mkdtemp(prefix="helm-operator-")),
-            chart_cache=Path(args.chart_cache),
-        )
-    )
-    retry = RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries)
-    runtime = Runtime(helm=helm, kube=Kube(client.ApiClient()), retry=retry)
-    drift = DriftScheduler(runtime)
-    sweeps: set[asyncio.Task[None]] = set()
-    registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=registry)
-    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # The same credentials the kubernetes client was configured with above.
-        info: kopf.ConnectionInfo | None
-        if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            info = kopf.login_with_kubeconfig(**kwargs)
-        else:
-            info = kopf.login_with_service_account(**kwargs)
-        return info
-
-    @kopf.on.startup(registry=registry)
-    async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure(settings)
-        loop = asyncio.get_running_loop()
-        runtime.dependents = DependentWatches(
-            runtime.kube, lambda owner: loop.call_soon_threadsafe(drift.poke, owner)
-        )
-        if args.metrics_port:
-            prometheus_client.start_http_server(args.metrics_port, addr="127.0.0.1")
-        sweeps.add(loop.create_task(sweep_terminating(runtime, watches, namespaces, drift)))
-
-    @kopf.on.cleanup(registry=registry)
-    def _cleanup(**_: Any) -> None:
-        runtime.draining = True
-        if runtime.dependents is not None:
-            runtime.dependents.stop()
-
-    for watch in watches:
-        if watch.hooks:
-            logging.warning(
-                "%s: hooks module %s is accepted but day-2 hooks do not run yet", watch.kind, watch.hooks
-            )
-        register(watch, runtime, registry, drift)
-        logging.info("watching %s (%s) -> chart %s", watch.kind, watch.api_version, watch.chart.ref)
-    # No `helm version` here: a restart must not start a single helm process when nothing changed.
-    logging.info("helm: %s; namespaces: %s", helm.settings.executable, ", ".join(namespaces) or "all")
-    kopf.run(registry=registry, clusterwide=not namespaces, namespaces=namespaces, standalone=True)
-    return 0
+    try:
+        return app.run()
+    except WatchesError as exc:
+        print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def _wait_for_signal() -> None:
@@ -132,6 +72,8 @@ def _wait_for_signal() -> None:
 
 
 def cmd_dev_up(args: argparse.Namespace) -> int:
+    from helm_operator.dev.devcluster import DevCluster
+
     with DevCluster(args.name, nodes=args.nodes) as cluster:
         print(f"cluster {cluster.name} is ready")
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
@@ -147,7 +89,8 @@ def cmd_dev_demo(args: argparse.Namespace) -> int:
     import subprocess
     import tempfile
 
-    from helm_operator.tools import REPO_ROOT
+    from helm_operator.dev.devcluster import DevCluster
+    from helm_operator.dev.tools import REPO_ROOT
 
     with (
         DevCluster(args.name, nodes=args.nodes) as cluster,
@@ -163,6 +106,8 @@ def cmd_dev_demo(args: argparse.Namespace) -> int:
                 "-m",
                 "helm_operator.cli",
                 "run",
+                "--helm",
+                str(cluster.tools.helm),
                 "--watches-file",
                 str(args.watches_file),
                 "--kubeconfig",
@@ -217,6 +162,8 @@ def _sample_refs(folder: Any) -> list[tuple[str, str]]:
 
 
 def cmd_dev_reap(args: argparse.Namespace) -> int:
+    from helm_operator.dev.devcluster import reap_orphans
+
     for name in reap_orphans():
         print(f"removed orphaned cluster {name}")
     return 0
@@ -235,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="namespace(s) to watch (repeat or comma-separate; default $WATCH_NAMESPACE or all)",
     )
     run.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
-    run.add_argument("--helm", default=None, help="helm executable (default: the bootstrap-built helm v4)")
+    run.add_argument(
+        "--helm", default=None, help="helm executable (default: $HELM_OPERATOR_HELM, else helm on PATH)"
+    )
     run.add_argument(
         "--max-helm-processes", type=int, default=4, help="global cap on concurrent helm processes"
     )
@@ -277,7 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         rc: int = args.func(args)
-    except (ToolsMissing, ClusterError) as exc:
+    except RuntimeError as exc:  # dev tooling: missing binaries, a cluster that did not start
+        if type(exc).__name__ not in ("ToolsMissing", "ClusterError"):
+            raise
         print(f"helm-operator: {exc}", file=sys.stderr)
         return 1
     return rc

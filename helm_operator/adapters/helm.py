@@ -1,8 +1,9 @@
 """A thin adapter over pyhelm3's command layer: one client, our flags, error mapping, a process cap.
 
 pyhelm3 builds and runs the ``helm`` command lines; we extend it (not fork it) with the flags it
-lacks (``--labels``, a per-call ``--history-max``, later ``--post-renderer``) by appending them in
-``run`` from a context variable, so its own argument building and JSON parsing stay in use.
+lacks (``--labels``, a per-call ``--history-max`` replacing its fixed one, ``--post-renderer``) by
+adding them in ``run`` from a context variable, so its own argument building and JSON parsing stay
+in use.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -21,13 +23,13 @@ from typing import Any
 
 from pyhelm3 import Command, errors
 
-from helm_operator import postrender
-from helm_operator.release.state import OWNER_LABEL
-from helm_operator.watches import ChartRef
+from helm_operator.adapters import postrender
+from helm_operator.config.charts import ChartRef
+from helm_operator.core.masking import mask
+from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 
 _extra_args: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("helm_extra_args", default=())
-
-_SECRET_KEY = re.compile(r"(password|passwd|secret|token|apikey|api_key|credential|private)", re.I)
 
 
 class HelmError(RuntimeError):
@@ -39,42 +41,48 @@ class HelmError(RuntimeError):
         self.message = message
 
 
-def secret_strings(values: Any, key: str = "") -> set[str]:
-    """Values under keys that look secret, and ``key=value`` pairs inside strings, to be masked."""
-    found: set[str] = set()
-    if isinstance(values, Mapping):
-        for k, v in values.items():
-            found |= secret_strings(v, str(k))
-    elif isinstance(values, list):
-        for v in values:
-            found |= secret_strings(v, key)
-    elif isinstance(values, str | int | float) and not isinstance(values, bool):
-        text = str(values)
-        if key and _SECRET_KEY.search(key) and len(text) >= 3:
-            found.add(text)
-        if isinstance(values, str):
-            for m in re.finditer(rf"(?:{_SECRET_KEY.pattern})\s*[=:]\s*(\S+)", text, re.I):
-                found.add(m.group(2))
-    return found
+# Failures that retrying cannot fix: the same chart and values fail the same way.
+PERMANENT_REASONS = frozenset(
+    {"RenderFailed", "NamespaceViolation", "ClusterScopedNotAllowed", "ReleaseTooLarge"}
+)
+
+_RENDER_MARKERS = (
+    "parse error",
+    "template:",
+    "execution error",
+    "failed to render chart",
+    "error converting yaml to json",
+    "unable to build kubernetes objects from release manifest",
+    "error validating data",
+    "yaml: line",
+)
 
 
-def mask(message: str, values: Any) -> str:
-    for s in sorted(secret_strings(values), key=len, reverse=True):
-        message = message.replace(s, "******")
-    return message
-
-
-def _classify(exc: errors.Error) -> str:
-    text = exc.stderr.decode(errors="replace").lower() if exc.stderr else ""
-    if isinstance(exc, errors.FailedToRenderChartError) or "parse error" in text or "template:" in text:
+def classify(text: str, exc: errors.Error | None = None) -> str:
+    """Why helm failed, from what it printed (Helm 3 and 4 word things differently)."""
+    low = text.lower()
+    for reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
+        if f"helm-operator: {reason}:" in text:
+            return reason
+    if "too long: must have at most 1048576 bytes" in low or "request entity too large" in low:
+        return "ReleaseTooLarge"
+    if isinstance(exc, errors.FailedToRenderChartError) or any(m in low for m in _RENDER_MARKERS):
         return "RenderFailed"
-    if "timed out" in text or "context deadline exceeded" in text:
+    if "timed out" in low or "context deadline exceeded" in low:
         return "Timeout"
+    if isinstance(exc, errors.CommandCancelledError) or "context canceled" in low:
+        return "Cancelled"
     if isinstance(exc, errors.ConnectionError):
         return "ConnectionFailed"
-    if "another operation" in text:
+    if "another operation" in low:
         return "Locked"
     return "HelmFailed"
+
+
+def tenant_message(text: str) -> str:
+    """Only our post-renderer's verdict lines, without Helm's wrapping of them."""
+    lines = re.findall(r"helm-operator: ((?:NamespaceViolation|ClusterScopedNotAllowed): [^\n]*)", text)
+    return "; ".join(dict.fromkeys(lines)) or text
 
 
 class _Command(Command):  # type: ignore[misc]
@@ -86,7 +94,11 @@ class _Command(Command):  # type: ignore[misc]
 
     async def run(self, command: list[Any], input: bytes | None = None) -> bytes:
         self.invocations += 1
-        result: bytes = await super().run([*command, *_extra_args.get()], input)
+        extra = _extra_args.get()
+        if "--history-max" in extra and "--history-max" in command:
+            i = command.index("--history-max")  # pyhelm3's own default; ours is per call
+            command = command[:i] + command[i + 2 :]
+        result: bytes = await super().run([*command, *extra], input)
         return result
 
 
@@ -105,8 +117,12 @@ class HelmSettings:
     kubeconfig: Path | None = None
     max_processes: int = 4
     shutdown_grace: float = 120.0
-    postrender_dir: Path | None = None  # where the ownership post-renderer is laid out; None: off
+    workdir: Path | None = None  # where the post-renderer and helm's wrapper live; None: no post-renderer
     chart_cache: Path = Path.home() / ".cache/helm-operator/charts"  # pulled remote charts
+
+
+class HelmAborted(RuntimeError):
+    """The action was stopped on purpose (its resource is being deleted)."""
 
 
 class Helm:
@@ -115,25 +131,41 @@ class Helm:
     def __init__(self, settings: HelmSettings) -> None:
         self.settings = settings
         settings.chart_cache.mkdir(parents=True, exist_ok=True)
-        self._cmd = _Command(
-            executable=settings.executable,
-            kubeconfig=settings.kubeconfig,
-            unpack_directory=str(settings.chart_cache),
-        )
+        self._cmd = self._command(settings.executable)
         self._slots = asyncio.Semaphore(settings.max_processes)
         self._postrender_ready = False
 
+    def _command(self, executable: str) -> _Command:
+        return _Command(
+            executable=executable,
+            kubeconfig=self.settings.kubeconfig,
+            unpack_directory=str(self.settings.chart_cache),
+        )
+
     async def _prepare_postrender(self) -> bool:
         """Lay out the post-renderer once, on the first install/upgrade (not at start-up: a restart
-        with nothing to do must not start helm). Helm 4 needs it as a plugin, Helm 3 on PATH."""
-        if self.settings.postrender_dir is None:
+        with nothing to do must not start helm).
+
+        Helm 4 finds it as a plugin through ``HELM_PLUGINS``, Helm 3 on ``PATH``: a small wrapper
+        sets exactly that for helm's own processes and execs the real binary, so the operator's
+        environment is never changed for helm's benefit.
+        """
+        workdir = self.settings.workdir
+        if workdir is None:
             return False
         if not self._postrender_ready:
-            env = postrender.install(self.settings.postrender_dir)
+            postrender.install(workdir)
             major = (await asyncio.to_thread(self._cmd.client_version)).major
-            os.environ["PATH"] = env["PATH"]
+            real = shutil.which(self.settings.executable) or self.settings.executable
+            env = [f'PATH="{workdir / "bin"}:$PATH"']
             if major >= 4:
-                os.environ["HELM_PLUGINS"] = env["HELM_PLUGINS"]
+                env.append(f'HELM_PLUGINS="{workdir / "plugins"}"')
+            wrapper = workdir / "helm"
+            wrapper.write_text(f'#!/bin/sh\nexport {" ".join(env)}\nexec "{real}" "$@"\n')
+            wrapper.chmod(0o755)
+            invocations = self._cmd.invocations
+            self._cmd = self._command(str(wrapper))
+            self._cmd.invocations = invocations
             self._postrender_ready = True
         return True
 
@@ -144,12 +176,16 @@ class Helm:
     def version(self) -> str:
         return str(self._cmd.client_version())
 
-    async def _call(self, values: Any, extra: Sequence[str], coro_factory: Any) -> Any:
+    async def _call(
+        self, values: Any, extra: Sequence[str], coro_factory: Any, abort: asyncio.Event | None = None
+    ) -> Any:
         async with self._slots:
             with _with_args(extra):
                 task = asyncio.ensure_future(coro_factory())  # copies the context: extra args
             try:
                 try:
+                    if abort is not None:
+                        await _until_done_or(task, abort)
                     return await asyncio.shield(task)
                 except asyncio.CancelledError:
                     # Shutting down: let helm finish its action rather than leave it pending-*.
@@ -159,7 +195,10 @@ class Helm:
             except errors.Error as exc:
                 text = exc.stderr.decode(errors="replace").strip() if exc.stderr else str(exc)
                 text = text.removeprefix("Error: ")
-                raise HelmError(_classify(exc), mask(text, values)) from None
+                reason = classify(text, exc)
+                if reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
+                    text = tenant_message(text)
+                raise HelmError(reason, mask(text, values)) from None
 
     async def install_or_upgrade(
         self,
@@ -173,12 +212,24 @@ class Helm:
         wait: bool,
         history_max: int,
         owner_ref: Mapping[str, Any] | None = None,
+        scopes: Mapping[str, bool] | None = None,
+        tenant: TenantRules = NOT_ENFORCED,
+        abort: asyncio.Event | None = None,
     ) -> dict[str, Any]:
+        """``helm upgrade --install``; ``abort`` set while it runs stops helm (SIGTERM) at once."""
         extra = ["--history-max", str(history_max)]
         if labels:
             extra += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
         if await self._prepare_postrender():
-            extra += postrender.args_for(labels[OWNER_LABEL], owner_ref, namespace)
+            assert self.settings.workdir is not None
+            scopes_file = None
+            if scopes is not None:
+                scopes_file = self.settings.workdir / "scopes.json"
+                if not scopes_file.exists() or json.loads(scopes_file.read_text()) != scopes:
+                    tmp = scopes_file.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(scopes, sort_keys=True))
+                    tmp.replace(scopes_file)
+            extra += postrender.args_for(labels[OWNER_LABEL], owner_ref, namespace, scopes_file, tenant)
         chart_ref: Path | str = chart.path if chart.path is not None else chart.ref
 
         async def go() -> Any:
@@ -194,7 +245,7 @@ class Helm:
                 repo=None if chart.path else chart.repo,
             )
 
-        result: dict[str, Any] = await self._call(values, extra, go)
+        result: dict[str, Any] = await self._call(values, extra, go, abort)
         return result
 
     async def pull(self, chart: ChartRef) -> Path:
@@ -237,3 +288,18 @@ class Helm:
         except HelmError as exc:
             if "not found" not in exc.message:
                 raise
+
+
+async def _until_done_or(task: asyncio.Future[Any], abort: asyncio.Event) -> None:
+    """Wait for ``task``; if ``abort`` is set first, cancel it (pyhelm3 sends helm SIGTERM, and helm
+    marks its release failed before it exits) and raise :class:`HelmAborted`."""
+    stopper = asyncio.ensure_future(abort.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise HelmAborted("stopped: the resource is being deleted")

@@ -15,7 +15,8 @@ from typing import Any
 
 from kubernetes import client
 
-from helm_operator.release.state import DIGEST_LABEL, OWNER_LABEL, StoredRelease
+from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
+from helm_operator.release.record import UNLOCKED_PREFIX, StoredRelease
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
@@ -58,6 +59,7 @@ def latest_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRe
         chart_version=str(meta.get("version", "")),
         app_version=str(meta.get("appVersion", "") or ""),
         ever_deployed=bool(statuses & {"deployed", "superseded"}),
+        interrupted=str((body.get("info") or {}).get("description", "")).startswith(UNLOCKED_PREFIX),
         manifest=str(body.get("manifest") or ""),
     )
 
@@ -75,7 +77,7 @@ def unlock(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | 
     body = decode_release(latest.data["release"])
     previous = (body.get("info") or {}).get("status", "")
     body.setdefault("info", {})["status"] = "failed"
-    body["info"]["description"] = f"Unlocked by helm-operator from stale {previous}"
+    body["info"]["description"] = f"{UNLOCKED_PREFIX} from stale {previous}"
     latest.data["release"] = encode_release(body)
     latest.metadata.labels["status"] = "failed"
     api.replace_namespaced_secret(latest.metadata.name, namespace, latest)

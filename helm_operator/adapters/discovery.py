@@ -1,0 +1,86 @@
+"""API discovery: the plural and scope of every kind the API server serves, as the server says.
+
+One aggregated-discovery request per API root (``/api`` and ``/apis``) lists every group, version
+and resource with its kind and scope. Nothing is guessed: a watched kind is served under the plural
+its CRD declares (``KubeStateMetrics`` → ``kubestatemetrics``), and the post-renderer knows which
+kinds are cluster-scoped. Synchronous: call it through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+from kubernetes import client
+
+log = logging.getLogger(__name__)
+
+_AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+
+
+@dataclass(frozen=True)
+class ServedKind:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+
+class Discovery:
+    """A snapshot of what the API server serves, refreshed on demand."""
+
+    def __init__(self, api: client.ApiClient, max_age: float = 30.0) -> None:
+        self.api = api
+        self.max_age = max_age
+        self._kinds: dict[tuple[str, str, str], ServedKind] = {}
+        self._taken = 0.0
+
+    def _get(self, path: str) -> dict[str, Any]:
+        resp = cast(Any, self.api).call_api(
+            path,
+            "GET",
+            header_params={"Accept": _AGGREGATED},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
+        body: dict[str, Any] = json.loads(resp.data)
+        return body
+
+    def refresh(self) -> None:
+        kinds: dict[tuple[str, str, str], ServedKind] = {}
+        for root in ("/api", "/apis"):
+            for group in self._get(root).get("items") or []:
+                name = (group.get("metadata") or {}).get("name", "")
+                for ver in group.get("versions") or []:
+                    for res in ver.get("resources") or []:
+                        kind = (res.get("responseKind") or {}).get("kind")
+                        if not kind:
+                            continue
+                        served = ServedKind(
+                            name, ver["version"], kind, res["resource"], res.get("scope") == "Namespaced"
+                        )
+                        kinds.setdefault((name, ver["version"], kind), served)
+        self._kinds = kinds
+        self._taken = time.monotonic()
+
+    def _fresh(self) -> dict[tuple[str, str, str], ServedKind]:
+        if time.monotonic() - self._taken > self.max_age:
+            self.refresh()
+        return self._kinds
+
+    def find(self, group: str, version: str, kind: str) -> ServedKind | None:
+        """The served kind, re-asking the server once if it is not (yet) in the snapshot."""
+        found = self._fresh().get((group, version, kind))
+        if found is None and time.monotonic() - self._taken > 1.0:
+            self.refresh()
+            found = self._kinds.get((group, version, kind))
+        return found
+
+    def scopes(self) -> dict[str, bool]:
+        """``{"<group>/<Kind>": namespaced}`` for every served kind (what the post-renderer reads)."""
+        return {f"{k.group}/{k.kind}": k.namespaced for k in self._fresh().values()}

@@ -1,0 +1,130 @@
+"""Helm post-renderer: check the tenant rules, then mark every object as owned by its resource.
+
+Runs on every object Helm renders (hooks included: Helm 4 and Helm 3.21+ post-render hooks) before
+Helm creates anything. An object outside what the Watch allows fails the render with a line per
+object (``NamespaceViolation: …`` / ``ClusterScopedNotAllowed: …``), which the operator turns into
+a ``Stalled`` condition. Otherwise it adds the owner label (what the dependent watches select on,
+server-side) and, where Kubernetes allows it, an ownerReference to the resource so garbage
+collection also works: never on cluster-scoped kinds (their scope comes from API discovery, and
+from CRDs rendered alongside), nor on objects annotated ``helm.sh/resource-policy: keep``.
+
+Helm 3 runs a post-renderer executable found on ``PATH``; Helm 4 runs a ``postrender/v1`` plugin
+found through ``HELM_PLUGINS``. ``install()`` lays out both under one name, so the same
+``--post-renderer helm-operator-postrender`` flag works with either major version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_with_crds, violations
+
+NAME = "helm-operator-postrender"
+EXIT_VIOLATION = 3
+
+
+def mark(
+    docs: Iterable[Any],
+    owner: str,
+    owner_ref: Mapping[str, Any] | None,
+    namespace: str | None,
+    scopes: Scopes,
+) -> list[dict[str, Any]]:
+    """Add the owner label to every object and the ownerReference where it can resolve."""
+    out = []
+    for doc in docs:
+        if not isinstance(doc, dict) or "kind" not in doc:
+            continue
+        meta = doc.setdefault("metadata", {}) or {}
+        doc["metadata"] = meta
+        labels = meta.get("labels") or {}
+        labels[OWNER_LABEL] = owner
+        meta["labels"] = labels
+        keep = (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep"
+        same_namespace = meta.get("namespace") in (None, namespace)
+        if owner_ref and not keep and same_namespace and namespaced(doc, scopes):
+            refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner_ref.get("uid")]
+            meta["ownerReferences"] = [*refs, dict(owner_ref)]
+        out.append(doc)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=NAME)
+    parser.add_argument("--owner", required=True, help="value of the owner label")
+    parser.add_argument("--owner-ref", default="", help="ownerReference as JSON (omit for none)")
+    parser.add_argument("--namespace", required=True, help="the release namespace")
+    parser.add_argument("--scopes", default="", help="JSON file: {'<group>/<Kind>': namespaced}")
+    parser.add_argument("--tenant", default="", help="tenant rules as JSON (omit: not enforced)")
+    args = parser.parse_args(argv)
+    owner_ref = json.loads(args.owner_ref) if args.owner_ref else None
+    rules = TenantRules(**json.loads(args.tenant)) if args.tenant else TenantRules(enforce=False)
+    rules = TenantRules(rules.enforce, tuple(rules.allowed_namespaces), rules.allow_cluster_scoped)
+    docs = [d for d in yaml.safe_load_all(sys.stdin) if isinstance(d, dict) and "kind" in d]
+    server: dict[str, bool] = json.loads(Path(args.scopes).read_text()) if args.scopes else {}
+    scopes = scopes_with_crds(server, docs)
+    found = violations(docs, args.namespace, scopes, rules)
+    if found:
+        for v in found:
+            print(f"helm-operator: {v}", file=sys.stderr)
+        return EXIT_VIOLATION
+    yaml.safe_dump_all(mark(docs, args.owner, owner_ref, args.namespace, scopes), sys.stdout, sort_keys=False)
+    return 0
+
+
+def args_for(
+    owner: str,
+    owner_ref: Mapping[str, Any] | None,
+    namespace: str,
+    scopes_file: Path | None,
+    rules: TenantRules,
+) -> list[str]:
+    """The ``--post-renderer*`` flags for one release (Helm 3 and 4 alike)."""
+    out = ["--post-renderer", NAME]
+    values = [f"--owner={owner}", f"--namespace={namespace}"]
+    if owner_ref:
+        values.append("--owner-ref=" + json.dumps(dict(owner_ref), separators=(",", ":")))
+    if scopes_file is not None:
+        values.append(f"--scopes={scopes_file}")
+    if rules.enforce:
+        values.append("--tenant=" + json.dumps(asdict(rules), separators=(",", ":")))
+    for v in values:
+        out += ["--post-renderer-args", v]
+    return out
+
+
+def install(base: Path, python: str = sys.executable) -> None:
+    """Write the executable (``base/bin``, for Helm 3) and the Helm 4 plugin (``base/plugins``)."""
+    bindir, plugin = base / "bin", base / "plugins" / NAME
+    bindir.mkdir(parents=True, exist_ok=True)
+    plugin.mkdir(parents=True, exist_ok=True)
+    script = f'#!/bin/sh\nexec "{python}" -m helm_operator.adapters.postrender "$@"\n'
+    for exe in (bindir / NAME, plugin / NAME):
+        exe.write_text(script)
+        exe.chmod(0o755)
+    (plugin / "plugin.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "type": "postrenderer/v1",
+                "name": NAME,
+                "version": "0.1.0",
+                "runtime": "subprocess",
+                "runtimeConfig": {"platformCommand": [{"command": "${HELM_PLUGIN_DIR}/" + NAME}]},
+            },
+            sort_keys=False,
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from helm_operator.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""Names shared by every layer: labels, annotations, the finalizer, release and owner names."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_RELEASE_NAME = 53
+_VALID_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+OWNER_LABEL = "helm-operator.io/owner"  # on every object a release renders; dependent watches select on it
+DIGEST_LABEL = "helm-operator.io/digest"  # on Helm's release record: the desired digest it was made for
+FINALIZER = "helm-operator.io/uninstall"
+DRIFT_ANNOTATION = "helm-operator.io/drift"  # "warn": report only; "disabled": no checks
+# Helm's own field manager (helm 4 applies server-side as "helm", helm 3 updates as "helm"): drift
+# corrections made under this name never conflict with the next `helm upgrade`.
+HELM_FIELD_MANAGER = "helm"
+
+
+def owner_id(group: str, kind: str, namespace: str, name: str) -> str:
+    """A label-safe identity of the CR that owns a release; stable across CR re-creation."""
+    raw = f"{kind}.{group}/{namespace}/{name}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+
+def release_name(cr_name: str) -> str:
+    """The CR name made a valid Helm release name: DNS-1123 label, at most 53 characters.
+
+    A name that is already valid is kept. Otherwise it is lower-cased, dots and other characters
+    become ``-``, and a stable hash of the original is appended, so two CR names that clean up
+    to the same text still get different releases.
+    """
+    if len(cr_name) <= MAX_RELEASE_NAME and _VALID_NAME.match(cr_name):
+        return cr_name
+    suffix = hashlib.sha256(cr_name.encode()).hexdigest()[:8]
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", cr_name.lower()).strip("-")
+    head = cleaned[: MAX_RELEASE_NAME - len(suffix) - 1].rstrip("-")
+    return f"{head}-{suffix}" if head else f"r-{suffix}"

@@ -1,0 +1,160 @@
+"""The drift check of one release: read live objects, ask the API server what the chart's objects
+would be (server-side apply dry-run), report what differs, and re-assert it.
+
+Runs under the release's lock (the caller takes it), so it never races an install, upgrade or
+hook. Objects whose live ``resourceVersion`` has not moved since they were last found in sync are
+not dry-run again: a resync of an untouched release costs one GET per object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from helm_operator.adapters.kube import Kube
+from helm_operator.adapters.metrics import DRIFT_CORRECTIONS, DRIFT_DETECTED
+from helm_operator.config.watches import Watch
+from helm_operator.core.naming import DRIFT_ANNOTATION
+from helm_operator.drift.diff import (
+    ObjectDrift,
+    object_drift,
+    rules_for,
+    trusted_rules,
+    with_helm_ownership,
+    without_ignored,
+)
+from helm_operator.release.record import StoredRelease
+
+MODES = ("enabled", "warn", "disabled")
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    mode: str
+    drifts: tuple[ObjectDrift, ...] = ()
+    corrected: bool = False
+
+
+def manifest_objects(release: StoredRelease) -> list[dict[str, Any]]:
+    """The release's objects as Helm applies them (with its ownership metadata)."""
+    docs = [d for d in yaml.safe_load_all(release.manifest) if isinstance(d, dict) and d.get("kind")]
+    return [with_helm_ownership(d, release.name, release.namespace) for d in docs]
+
+
+def _key(doc: Mapping[str, Any], namespace: str) -> tuple[str, str, str, str]:
+    meta = doc.get("metadata") or {}
+    return (
+        str(doc["apiVersion"]),
+        str(doc["kind"]),
+        str(meta.get("namespace") or namespace),
+        str(meta["name"]),
+    )
+
+
+def _digest(doc: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class InSyncMemory:
+    """(object, manifest digest) -> the live resourceVersion last found in sync."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, str, str], tuple[str, str]] = {}
+
+    def unchanged(self, key: tuple[str, str, str, str], digest: str, live: Mapping[str, Any]) -> bool:
+        return self._seen.get(key) == (digest, str((live.get("metadata") or {}).get("resourceVersion")))
+
+    def remember(self, key: tuple[str, str, str, str], digest: str, live: Mapping[str, Any]) -> None:
+        self._seen[key] = (digest, str((live.get("metadata") or {}).get("resourceVersion")))
+
+    def forget(self, key: tuple[str, str, str, str]) -> None:
+        self._seen.pop(key, None)
+
+
+def _observe(
+    kube: Kube, docs: Sequence[Mapping[str, Any]], namespace: str, memory: InSyncMemory
+) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """(live, dry-run result) per manifest object; the dry-run is skipped for unchanged objects."""
+    out: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = []
+    for doc in docs:
+        live = kube.get(doc, namespace)
+        if live is None:
+            out.append((None, None))
+            continue
+        key, digest = _key(doc, namespace), _digest(doc)
+        if memory.unchanged(key, digest, live):
+            out.append((live, live))
+            continue
+        out.append((live, kube.apply(doc, namespace, dry_run=True)))
+    return out
+
+
+async def check_release(
+    kube: Kube,
+    watch: Watch,
+    release: StoredRelease,
+    mode: str,
+    memory: InSyncMemory,
+    announce: Callable[[tuple[ObjectDrift, ...]], Awaitable[None]] | None = None,
+) -> DriftReport:
+    """Compare a deployed release with its live objects; in ``enabled`` mode re-assert what drifted."""
+    if mode == "disabled":
+        return DriftReport(mode)
+    docs = manifest_objects(release)
+    rules = rules_for(docs, watch.drift_ignore)
+    observed = await asyncio.to_thread(_observe, kube, docs, release.namespace, memory)
+    drifts: list[tuple[dict[str, Any], dict[str, Any] | None, ObjectDrift]] = []
+    for doc, (live, expected) in zip(docs, observed, strict=True):
+        drift = object_drift(doc, expected, live, rules, watch.drift_trusted_managers)
+        if drift is not None:
+            drifts.append((doc, live, drift))
+            memory.forget(_key(doc, release.namespace))
+        elif live is not None:
+            memory.remember(_key(doc, release.namespace), _digest(doc), live)
+    found = tuple(d for _, _, d in drifts)
+    if not found or mode == "warn":
+        return DriftReport(mode, found)
+    if announce is not None:
+        await announce(found)  # Drifted=True while correcting
+    for doc, live, drift in drifts:
+        kind, name = drift.kind, drift.name
+        owned = [*rules, *trusted_rules(kind, name, live, watch.drift_trusted_managers)]
+        ignored = [r.pointer for r in owned if r.matches(kind, name, r.pointer)]
+        await asyncio.to_thread(kube.apply, without_ignored(doc, ignored), release.namespace)
+        DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=kind).inc()
+    return DriftReport(mode, found, corrected=True)
+
+
+def condition_for(report: DriftReport) -> tuple[str, bool, str, str]:
+    """The ``Drifted`` condition after a check (paths only: no values, so no secrets)."""
+    if report.mode == "disabled":
+        return ("Drifted", False, "DriftCheckDisabled", "drift checks are disabled by annotation")
+    if not report.drifts:
+        return ("Drifted", False, "NoDrift", "live objects match the deployed release")
+    summary = "; ".join(d.summary() for d in report.drifts)
+    if report.corrected:
+        return ("Drifted", False, "DriftCorrected", f"corrected: {summary}")
+    return ("Drifted", True, "DriftDetected", summary)
+
+
+def events_for(watch: Watch, report: DriftReport) -> list[tuple[str, str, str]]:
+    """One Event per drifted object (and the detection metric)."""
+    events = []
+    for d in report.drifts:
+        DRIFT_DETECTED.labels(watch=watch.key, object_kind=d.kind).inc()
+        if report.corrected:
+            events.append(("Normal", "DriftCorrected", f"re-asserted {d.summary()}"))
+        else:
+            events.append(("Warning", "DriftDetected", d.summary()))
+    return events
+
+
+def mode_of(annotations: Mapping[str, str]) -> str:
+    mode = annotations.get(DRIFT_ANNOTATION, "enabled")
+    return mode if mode in MODES else "enabled"

@@ -1,0 +1,157 @@
+"""Drift checks, from any trigger: after a reconcile, on a resync, or when a dependent watch sees a
+release's object change.
+
+``DriftChecker.check`` is the one step every trigger runs (under the release's lock); the
+``DriftScheduler`` debounces dependent-watch notifications per owner and reports through the same
+``Reporter`` the kopf handlers use. A change that arrives while a check runs for the same owner
+queues exactly one more check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from helm_operator.adapters import storage
+from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.report import Reporter
+from helm_operator.config.watches import Watch
+from helm_operator.core.conditions import merge_conditions
+from helm_operator.core.locks import Concurrency
+from helm_operator.drift.check import (
+    DriftReport,
+    InSyncMemory,
+    check_release,
+    condition_for,
+    events_for,
+    manifest_objects,
+    mode_of,
+)
+from helm_operator.drift.dependents import DependentWatches
+from helm_operator.drift.diff import ObjectDrift
+from helm_operator.release.identity import ReleaseId, identify
+
+log = logging.getLogger(__name__)
+
+Announce = Callable[[tuple[ObjectDrift, ...]], Awaitable[None]]
+
+
+@dataclass
+class DriftChecker:
+    kube: Kube
+    reporter: Reporter
+    memory: InSyncMemory = field(default_factory=InSyncMemory)
+    dependents: DependentWatches | None = None
+
+    async def check(
+        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str], announce: Announce | None
+    ) -> DriftReport | None:
+        """Check (and correct) one release; the caller holds its lock. None: nothing deployed of ours."""
+        release = await asyncio.to_thread(storage.latest_release, self.kube.core, ident.name, ident.namespace)
+        if release is None or release.status != "deployed" or release.owner != ident.owner:
+            return None
+        if self.dependents is not None and watch.watch_dependent_resources:
+            kinds = {(str(d["apiVersion"]), str(d["kind"])) for d in manifest_objects(release)}
+            self.dependents.use(ident.owner, kinds)
+        return await check_release(self.kube, watch, release, mode_of(annotations), self.memory, announce)
+
+    def announcer(
+        self, watch: Watch, ref: ObjectRef, conditions: Sequence[Mapping[str, Any]], generation: int
+    ) -> Announce:
+        """Write ``Drifted=True`` with the paths before corrections start (kstatus: in progress)."""
+
+        async def announce(drifts: tuple[ObjectDrift, ...]) -> None:
+            summary = "; ".join(d.summary() for d in drifts)
+            merged = merge_conditions(
+                conditions, [("Drifted", True, "Correcting", summary)], generation, time.time()
+            )
+            await self.reporter.status(ref, watch.served_plural, {"conditions": merged})
+
+        return announce
+
+    async def report(
+        self,
+        watch: Watch,
+        ref: ObjectRef,
+        report: DriftReport,
+        conditions: Sequence[Mapping[str, Any]],
+        generation: int,
+    ) -> list[dict[str, Any]]:
+        """Post the Events of a check and return the conditions with ``Drifted`` updated."""
+        await self.reporter.events(ref, events_for(watch, report))
+        return merge_conditions(conditions, [condition_for(report)], generation, time.time())
+
+
+class DriftScheduler:
+    """Debounced drift checks for owners whose objects changed (from the dependent watches)."""
+
+    def __init__(self, checker: DriftChecker, concurrency: Concurrency, debounce: float = 0.05) -> None:
+        self.checker = checker
+        self.concurrency = concurrency
+        self.debounce = debounce
+        self.owners: dict[str, tuple[Watch, str | None, str]] = {}
+        self._state: dict[str, bool] = {}  # owner -> a further check is due
+
+    def track(self, watch: Watch, namespace: str | None, name: str) -> None:
+        """A resource whose release is deployed: changes of its objects trigger checks."""
+        self.owners[identify(watch, namespace, name).owner] = (watch, namespace, name)
+
+    def forget(self, watch: Watch, namespace: str | None, name: str) -> None:
+        """A resource whose release is gone: no more checks, and its kinds no longer watched for it."""
+        owner = identify(watch, namespace, name).owner
+        self.owners.pop(owner, None)
+        if self.checker.dependents is not None:
+            self.checker.dependents.release(owner)
+
+    def poke(self, owner: str) -> None:
+        if owner not in self.owners:
+            return
+        if owner in self._state:
+            self._state[owner] = True
+            return
+        self._state[owner] = False
+        asyncio.get_running_loop().create_task(self._run(owner))
+
+    async def _run(self, owner: str) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.debounce)
+                await self._check(owner)
+                if not self._state.get(owner):
+                    break
+                self._state[owner] = False
+        except Exception as exc:
+            log.warning("drift check for owner %s failed: %s", owner, exc)
+        finally:
+            self._state.pop(owner, None)
+
+    async def _check(self, owner: str) -> None:
+        entry = self.owners.get(owner)
+        if entry is None:
+            return
+        watch, namespace, name = entry
+        kube = self.checker.kube
+        ref = ObjectRef(watch.api_version, watch.kind, name, namespace)
+        body = await asyncio.to_thread(kube.get_custom, ref, watch.served_plural)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        ref = ObjectRef(watch.api_version, watch.kind, name, namespace, body["metadata"]["uid"])
+        generation = int(body["metadata"].get("generation") or 0)
+        current = (body.get("status") or {}).get("conditions", [])
+        ident = identify(watch, namespace, name)
+        async with self.concurrency.release(watch.key, ident.key):
+            report = await self.checker.check(
+                watch,
+                ident,
+                body["metadata"].get("annotations") or {},
+                self.checker.announcer(watch, ref, current, generation),
+            )
+        if report is None:
+            return
+        conditions = await self.checker.report(watch, ref, report, current, generation)
+        if report.corrected or conditions != current:  # corrected: replace "Correcting"
+            await self.checker.reporter.status(ref, watch.served_plural, {"conditions": conditions})

@@ -1,0 +1,57 @@
+"""Failure memory: consecutive failures per desired digest, kept in the CR status for backoff."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from helm_operator.core.conditions import parse_rfc3339, rfc3339
+from helm_operator.release.outcome import Outcome
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """Failure memory kept in the CR status: consecutive failures for one digest."""
+
+    digest: str | None = None
+    failures: int = 0
+    last_attempt: float = 0.0
+    permanent: bool = False  # the failure cannot go away without a change (e.g. the chart fails to render)
+    action: str | None = None
+    reason: str | None = None
+
+
+def next_attempts(previous: Attempts, outcome: Outcome, now: float) -> Attempts:
+    """The failure memory after an outcome: count failures per digest, forget them on success."""
+    if outcome.phase == "failed" or (outcome.permanent and outcome.digest):
+        failures = (previous.failures if previous.digest == outcome.digest else 0) + 1
+        return Attempts(
+            outcome.digest, failures, float(int(now)), outcome.permanent, outcome.action, outcome.reason
+        )
+    if outcome.phase == "ready":
+        return Attempts()
+    return previous
+
+
+def attempts_to_status(a: Attempts) -> dict[str, Any]:
+    return {
+        "digest": a.digest,
+        "failures": a.failures,
+        "time": rfc3339(a.last_attempt),
+        "action": a.action,
+        "reason": a.reason,
+        "permanent": a.permanent,
+    }
+
+
+def attempts_from_status(current: Mapping[str, Any]) -> Attempts:
+    last = current.get("lastAttempt") or {}
+    return Attempts(
+        digest=last.get("digest"),
+        failures=int(last.get("failures", 0)),
+        last_attempt=parse_rfc3339(last.get("time")),
+        permanent=bool(last.get("permanent", False)),
+        action=last.get("action"),
+        reason=last.get("reason"),
+    )

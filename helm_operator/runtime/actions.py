@@ -1,0 +1,181 @@
+"""Act: one small function per Helm action, each returning a typed ``Outcome``.
+
+``plan`` decided *whether* and *which*; these only do it, record what they did, and remediate
+where the action says so (a failed install is cleaned up, a failed upgrade rolled back). The
+``ACTIONS`` table maps every acting ``Action`` to its function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from helm_operator.adapters import storage
+from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmAborted, HelmError
+from helm_operator.adapters.kube import Kube
+from helm_operator.release.outcome import Outcome, Remediation
+from helm_operator.release.record import StoredRelease
+from helm_operator.release.state import Action
+from helm_operator.runtime.desired import Target
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    helm: Helm
+    kube: Kube
+    target: Target
+    before: StoredRelease | None  # the latest revision when the action was decided
+    scopes: Mapping[str, bool]  # which kinds are namespaced, from discovery (for the post-renderer)
+    abort: asyncio.Event | None = None  # set when the resource is being deleted: stop helm
+
+
+async def read(kube: Kube, t: Target) -> StoredRelease | None:
+    return await asyncio.to_thread(storage.latest_release, kube.core, t.ident.name, t.ident.namespace)
+
+
+async def _apply(ctx: ActionContext) -> StoredRelease | None:
+    t, w = ctx.target, ctx.target.watch
+    await ctx.helm.install_or_upgrade(
+        t.ident.name,
+        t.ident.namespace,
+        t.chart,
+        t.values,
+        labels=t.labels,
+        timeout=w.timeout,
+        wait=w.wait,
+        history_max=w.history_max,
+        owner_ref=t.owner_ref,
+        scopes=ctx.scopes,
+        tenant=t.tenant,
+        abort=ctx.abort,
+    )
+    return await read(ctx.kube, t)
+
+
+def _permanent(exc: HelmError, action: str, t: Target) -> Outcome:
+    """Deterministic for these values (the chart does not render, the tenant rules forbid what it
+    renders, the record is too large): no retry until the resource changes."""
+    return Outcome("stalled", exc.reason, exc.message, action=action, digest=t.digest, permanent=True)
+
+
+def _aborted(action: str, t: Target) -> Outcome:
+    return Outcome(
+        "progressing", "Cancelled", f"{action} stopped: the resource is being deleted", digest=t.digest
+    )
+
+
+async def install(ctx: ActionContext) -> Outcome:
+    t = ctx.target
+    try:
+        rel = await _apply(ctx)
+    except HelmAborted:
+        return _aborted("install", t)
+    except HelmError as exc:
+        if exc.reason in PERMANENT_REASONS:
+            return _permanent(exc, "install", t)
+        # Leave nothing half-installed behind: the next attempt starts clean.
+        try:
+            await ctx.helm.uninstall(t.ident.name, t.ident.namespace, timeout=t.watch.timeout, wait=False)
+            cleanup = Remediation("uninstall", True, "the failed install was uninstalled")
+        except HelmError as again:
+            cleanup = Remediation(
+                "uninstall", False, f"cleanup after the failed install failed: {again.message}"
+            )
+        return Outcome(
+            "failed",
+            "InstallFailed",
+            exc.message,
+            action="install",
+            digest=t.digest,
+            remediation=cleanup,
+            release=await read(ctx.kube, t),
+        )
+    return Outcome(
+        "ready",
+        "InstallSucceeded",
+        f"installed revision {rel.revision if rel else '?'}",
+        action="install",
+        release=rel,
+        digest=t.digest,
+    )
+
+
+async def upgrade(ctx: ActionContext) -> Outcome:
+    t, before = ctx.target, ctx.before
+    try:
+        rel = await _apply(ctx)
+    except HelmAborted:
+        return _aborted("upgrade", t)
+    except HelmError as exc:
+        if exc.reason in PERMANENT_REASONS:
+            return _permanent(exc, "upgrade", t)
+        remediation = None
+        if t.watch.rollback_on_failure and before is not None and before.ever_deployed:
+            remediation = await _rollback(ctx)
+        return Outcome(
+            "failed",
+            "UpgradeFailed",
+            exc.message,
+            action="upgrade",
+            digest=t.digest,
+            remediation=remediation,
+            release=await read(ctx.kube, t),
+        )
+    return Outcome(
+        "ready",
+        "UpgradeSucceeded",
+        f"upgraded to revision {rel.revision if rel else '?'}",
+        action="upgrade",
+        release=rel,
+        digest=t.digest,
+    )
+
+
+async def _rollback(ctx: ActionContext) -> Remediation:
+    t = ctx.target
+    try:
+        await ctx.helm.rollback(
+            t.ident.name,
+            t.ident.namespace,
+            None,
+            timeout=t.watch.timeout,
+            wait=t.watch.wait,
+            history_max=t.watch.history_max,
+        )
+    except HelmError as exc:
+        return Remediation("rollback", False, f"rollback failed: {exc.message}")
+    return Remediation("rollback", True, "rolled back to the previous revision")
+
+
+async def rollback(ctx: ActionContext) -> Outcome:
+    """A failed release whose values are still the desired ones: return to the last good revision."""
+    t = ctx.target
+    remediation = await _rollback(ctx)
+    return Outcome(
+        "failed",
+        "UpgradeFailed",
+        f"the last upgrade with these values failed; {remediation.message}",
+        action="rollback",
+        digest=t.digest,
+        remediation=remediation,
+        release=await read(ctx.kube, t),
+    )
+
+
+async def reinstall(ctx: ActionContext) -> Outcome:
+    """A first install that failed (or was interrupted): remove its debris, then install again."""
+    t = ctx.target
+    try:
+        await ctx.helm.uninstall(t.ident.name, t.ident.namespace, timeout=t.watch.timeout, wait=True)
+    except HelmError as exc:
+        return Outcome("failed", "UninstallFailed", exc.message, action="uninstall", digest=t.digest)
+    return await install(ctx)
+
+
+ACTIONS: dict[Action, Callable[[ActionContext], Awaitable[Outcome]]] = {
+    Action.INSTALL: install,
+    Action.UPGRADE: upgrade,
+    Action.REINSTALL: reinstall,
+    Action.ROLLBACK: rollback,
+}

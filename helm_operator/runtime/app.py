@@ -1,0 +1,201 @@
+"""The application: builds every adapter and the kopf registry once, then runs the operator.
+
+Nothing is set on it after construction and nothing global is changed for helm's sake: the
+kubernetes client gets its own configuration object, kopf logs in with the same credentials, and
+helm is told where the kubeconfig and the post-renderer are through its own flags and wrapper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+import prometheus_client
+from kubernetes import client, config
+
+from helm_operator.adapters.discovery import Discovery
+from helm_operator.adapters.helm import Helm, HelmSettings
+from helm_operator.adapters.kube import Kube
+from helm_operator.adapters.report import Reporter
+from helm_operator.config.watches import Watch, resolve
+from helm_operator.drift.dependents import DependentWatches
+from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
+from helm_operator.release.state import RetryPolicy
+from helm_operator.runtime.handlers import configure, register
+from helm_operator.runtime.reconcile import Runtime
+from helm_operator.runtime.sweeper import sweep_terminating
+
+log = logging.getLogger(__name__)
+
+CRD_WAIT_LOG_EVERY = 5.0
+_WORKDIR_PREFIX = "helm-operator-"
+
+
+@dataclass(frozen=True)
+class Settings:
+    watches: Sequence[Watch]
+    namespaces: Sequence[str] = ()  # kopf patterns; empty: cluster-wide
+    kubeconfig: str | None = None  # None: in-cluster service account
+    helm: str = "helm"
+    max_helm_processes: int = 4
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    chart_cache: Path = Path.home() / ".cache/helm-operator/charts"
+    metrics_port: int = 0
+
+
+def _kube_configuration(kubeconfig: str | None) -> client.Configuration:
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    return cfg
+
+
+def _connection_info(cfg: client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same configuration the kubernetes client uses."""
+    token = (cfg.api_key or {}).get("authorization", "")
+    scheme, _, value = token.partition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        scheme=scheme or None,
+        token=value or None,
+    )
+
+
+def _reap_workdirs(base: Path) -> None:
+    """Remove post-renderer folders left by operator processes that no longer run."""
+    for d in base.glob(f"{_WORKDIR_PREFIX}*"):
+        m = re.match(rf"{_WORKDIR_PREFIX}(\d+)-", d.name)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+class App:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.kube_config = _kube_configuration(settings.kubeconfig)
+        self.kube = Kube(client.ApiClient(self.kube_config))
+        self.discovery = Discovery(self.kube.api)
+        base = Path(tempfile.gettempdir())
+        _reap_workdirs(base)
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-", dir=base))
+        self.helm = Helm(
+            HelmSettings(
+                executable=settings.helm,
+                kubeconfig=Path(settings.kubeconfig) if settings.kubeconfig else None,
+                max_processes=settings.max_helm_processes,
+                workdir=self.workdir,
+                chart_cache=settings.chart_cache,
+            )
+        )
+        self.reporter = Reporter(self.kube)
+        self.checker = DriftChecker(self.kube, self.reporter)
+        self.runtime = Runtime(
+            helm=self.helm,
+            kube=self.kube,
+            discovery=self.discovery,
+            reporter=self.reporter,
+            drift=self.checker,
+            retry=settings.retry,
+        )
+        self.drift = DriftScheduler(self.checker, self.runtime.concurrency)
+        self.registry = kopf.OperatorRegistry()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def resolve_watches(self) -> list[Watch]:
+        """Each watch with its plural and scope from API discovery; waits for missing CRDs, saying
+        which every few seconds. Raises WatchesError when the file contradicts the server."""
+        resolved: list[Watch] = []
+        last_log = 0.0
+        pending = list(self.settings.watches)
+        while pending:
+            self.discovery.refresh()
+            waiting = []
+            for w in pending:
+                served = self.discovery.find(w.group, w.version, w.kind)
+                if served is None:
+                    waiting.append(w)
+                else:
+                    resolved.append(resolve(w, served.plural, served.namespaced))
+            pending = waiting
+            if pending:
+                if time.monotonic() - last_log >= CRD_WAIT_LOG_EVERY:
+                    names = ", ".join(f"{w.kind} ({w.api_version})" for w in pending)
+                    log.warning("waiting for the API server to serve %s: is its CRD applied?", names)
+                    last_log = time.monotonic()
+                time.sleep(1.0)
+        return [next(r for r in resolved if r.key == w.key) for w in self.settings.watches]
+
+    def _wire(self, watches: Sequence[Watch]) -> None:
+        registry, runtime, drift = self.registry, self.runtime, self.drift
+        creds = _connection_info(self.kube_config)
+
+        @kopf.on.login(registry=registry)
+        def _login(**_: Any) -> kopf.ConnectionInfo:
+            return creds
+
+        @kopf.on.startup(registry=registry)
+        async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+            configure(settings)
+            loop = asyncio.get_running_loop()
+            self.checker.dependents = DependentWatches(
+                self.kube, lambda owner: loop.call_soon_threadsafe(drift.poke, owner)
+            )
+            if self.settings.metrics_port:
+                prometheus_client.start_http_server(self.settings.metrics_port, addr="127.0.0.1")
+            task = loop.create_task(sweep_terminating(runtime, watches, self.settings.namespaces, drift))
+            self._tasks.add(task)
+
+        @kopf.on.cleanup(registry=registry)
+        def _cleanup(**_: Any) -> None:
+            runtime.draining = True
+            if self.checker.dependents is not None:
+                self.checker.dependents.stop()
+
+        for watch in watches:
+            if watch.hooks:
+                log.warning(
+                    "%s: hooks module %s is accepted but day-2 hooks do not run yet", watch.kind, watch.hooks
+                )
+            register(watch, runtime, registry, drift)
+            log.info(
+                "watching %s (%s, %s) -> chart %s",
+                watch.kind,
+                watch.api_version,
+                watch.plural,
+                watch.chart.ref,
+            )
+
+    def run(self) -> int:
+        try:
+            watches = self.resolve_watches()
+            self._wire(watches)
+            # No `helm version` here: a restart must not start a single helm process when nothing changed.
+            names = ", ".join(self.settings.namespaces) or "all"
+            log.info("helm: %s; namespaces: %s", self.settings.helm, names)
+            kopf.run(
+                registry=self.registry,
+                clusterwide=not self.settings.namespaces,
+                namespaces=list(self.settings.namespaces),
+                standalone=True,
+            )
+        finally:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.workdir)
+        return 0

@@ -1,0 +1,161 @@
+"""kopf wiring: a declarative table of handlers per Watch; everything they decide comes from
+``reconcile`` (framework-free) and is written through the ``Reporter``."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import kopf
+
+from helm_operator.adapters.kube import ObjectRef
+from helm_operator.config.watches import Watch, selector_matches
+from helm_operator.core.naming import FINALIZER
+from helm_operator.drift.scheduler import DriftScheduler
+from helm_operator.release.identity import identify
+from helm_operator.release.status import status_patch
+from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.reconcile import Runtime, finalize, reconcile
+
+KOPF_PREFIX = "kopf.helm-operator.io"  # kopf's own bookkeeping; never hides our user annotations
+_LEGACY = ("helm-operator.io/last-handled-configuration", "helm-operator.io/kopf-managed")
+
+
+class DigestDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's "last handled state", kept as a digest rather than a copy of the resource.
+
+    kopf's default copies the whole spec into an annotation, which the API caps at 256 KiB: a large
+    spec then broke every patch of the resource (status, finalizer). A digest tells "changed or
+    not" just as well; the handlers never need the old body because the values digest does.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(prefix=KOPF_PREFIX, key="last-handled-digest")
+
+    @staticmethod
+    def _digest(essence: Any) -> str:
+        return hashlib.sha256(json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        stored = None
+        for key in self.make_keys(self.key, body=body):
+            stored = body.metadata.annotations.get(key, stored)
+        if stored is None:
+            return None
+        essence = self.build(body=body)
+        return essence if self._digest(essence) == stored.strip() else {"changed": stored.strip()}
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        for key in self.make_keys(self.key, body=body):
+            patch.metadata.annotations[key] = self._digest(essence)
+        for key in _LEGACY:
+            if key in body.metadata.annotations:
+                patch.metadata.annotations[key] = None
+        self._store_marker(prefix=self.prefix, patch=patch, body=body)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """Operator-wide kopf settings: our finalizer, digest-only diff base, quiet Events."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = DigestDiffBase()
+    settings.posting.level = 100  # our handlers post their own, precise Events (never kopf's)
+    settings.watching.server_timeout = 300
+    settings.batching.error_delays = [1, 2, 5, 10, 30]
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """The handlers of one watched kind, registered from the table in ``register``."""
+
+    watch: Watch
+    runtime: Runtime
+    drift: DriftScheduler
+
+    def _ref(self, meta: kopf.Meta) -> ObjectRef:
+        return ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace, meta.uid)
+
+    async def change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, **_: Any) -> None:
+        if meta.get("deletionTimestamp"):
+            return  # being deleted: the delete handler uninstalls; never install or upgrade now
+        rt, watch = self.runtime, self.watch
+        generation = int(meta.get("generation") or 0)
+        cr = Resource(
+            watch,
+            meta.namespace,
+            meta.name,
+            meta.uid,
+            generation,
+            dict(spec),
+            dict(status),
+            dict(meta.annotations),
+        )
+        result = await reconcile(rt, cr)
+        ref = self._ref(meta)
+        patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
+        if result.outcome.phase == "ready":
+            # The safety net: every reconcile (also on resume and each resync) checks drift.
+            self.drift.track(watch, meta.namespace, meta.name)
+            ident = identify(watch, meta.namespace, meta.name)
+            checker = rt.drift
+            async with rt.concurrency.release(watch.key, ident.key):
+                announce = checker.announcer(watch, ref, patch["conditions"], generation)
+                report = await checker.check(watch, ident, cr.annotations, announce)
+            if report is not None:
+                patch["conditions"] = await checker.report(
+                    watch, ref, report, patch["conditions"], generation
+                )
+        await rt.reporter.events(ref, result.events)
+        await rt.reporter.status(ref, watch.served_plural, patch)
+        if result.retry_after is not None and result.outcome.phase != "ready":
+            raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
+
+    async def resync(self, meta: kopf.Meta, **kwargs: Any) -> None:
+        # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is being
+        # deleted) that body is stale. Never install or upgrade for a resource that is going away.
+        ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
+        fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
+        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+            return
+        body = kopf.Body(cast(Any, fresh))
+        await self.change(spec=body.spec, status=body.status, meta=body.meta)
+
+    async def delete(self, meta: kopf.Meta, **_: Any) -> None:
+        ref = self._ref(meta)
+        try:
+            message = await finalize(self.runtime, self.watch, meta.namespace, meta.name)
+        except RuntimeError as exc:
+            await self.runtime.reporter.events(ref, [("Warning", "UninstallFailed", str(exc))])
+            raise kopf.TemporaryError(str(exc), delay=10) from None
+        self.drift.forget(self.watch, meta.namespace, meta.name)
+        await self.runtime.reporter.events(ref, [("Normal", "Uninstalled", message)])
+
+
+def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, drift: DriftScheduler) -> None:
+    """Register resume/create/update/resync/delete handlers for one watched kind."""
+    h = Handlers(watch, runtime, drift)
+    runtime.concurrency.limit(watch.key, watch.max_concurrent_reconciles)
+    common: dict[str, Any] = dict(
+        group=watch.group, version=watch.version, plural=watch.served_plural, registry=registry
+    )
+    matchlabels = dict(watch.selector.get("matchLabels") or {})
+    if matchlabels:
+        common["labels"] = matchlabels
+    if watch.selector:
+        common["when"] = lambda labels, **_: selector_matches(watch.selector, labels)
+    period = watch.reconcile_period
+    table: list[tuple[str, Callable[..., Any], dict[str, Any], Callable[..., Any]]] = [
+        ("resume", kopf.on.resume, {}, h.change),
+        ("create", kopf.on.create, {}, h.change),
+        # No field filter: spec, labels and annotations (e.g. helm-operator.io/drift) all count.
+        ("update", kopf.on.update, {}, h.change),
+        ("resync", kopf.timer, {"interval": period, "initial_delay": period}, h.resync),
+        ("delete", kopf.on.delete, {}, h.delete),
+    ]
+    for name, decorator, options, fn in table:
+        decorator(id=f"{watch.key}/{name}", **common, **options)(fn)

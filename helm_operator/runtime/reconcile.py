@@ -1,0 +1,266 @@
+"""One reconcile of one resource: prepare the desired release → decide (pure) → act → report.
+
+Framework-free (no kopf here): the handlers build a ``Resource``, call ``reconcile`` or
+``finalize``, and write the returned ``Result`` through the ``Reporter``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from helm_operator.adapters import storage
+from helm_operator.adapters.discovery import Discovery
+from helm_operator.adapters.helm import Helm, HelmError
+from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.report import Event, Reporter
+from helm_operator.config.charts import ChartInfo, ChartRef, load_chart
+from helm_operator.config.watches import Watch
+from helm_operator.core.locks import Concurrency
+from helm_operator.drift.scheduler import DriftChecker
+from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
+from helm_operator.release.identity import identify
+from helm_operator.release.outcome import Outcome
+from helm_operator.release.record import PENDING_STATUSES, StoredRelease
+from helm_operator.release.state import Action, Plan, ReleaseState, RetryPolicy, determine_state, plan
+from helm_operator.release.status import progress_patch
+from helm_operator.runtime.actions import ACTIONS, ActionContext, read
+from helm_operator.runtime.desired import Resource, Target, prepare
+
+log = logging.getLogger(__name__)
+
+DELETION_POLL = 1.0  # seconds between checks for a deletion while a Helm action runs
+
+
+@dataclass
+class Runtime:
+    """The adapters and shared state of one operator process, built once by the application."""
+
+    helm: Helm
+    kube: Kube
+    discovery: Discovery
+    reporter: Reporter
+    drift: DriftChecker
+    concurrency: Concurrency = field(default_factory=Concurrency)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Failure memory per release, newer than the CR status a handler may have been given.
+    attempts: dict[str, Attempts] = field(default_factory=dict)
+    draining: bool = False
+    _charts: dict[str, tuple[float, ChartInfo]] = field(default_factory=dict)
+
+    async def local_chart(self, watch: Watch) -> ChartRef:
+        """The chart as a local directory or .tgz; remote charts are pulled once into the cache."""
+        if watch.chart.is_local:
+            return watch.chart
+        path = await self.helm.pull(watch.chart)
+        return ChartRef(ref=watch.chart.ref, path=path, version=watch.chart.version)
+
+    def chart(self, ref: ChartRef) -> ChartInfo:
+        """Chart metadata, cached until a file of the chart changes."""
+        path = ref.path
+        assert path is not None
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        stamp = max((p.stat().st_mtime for p in files), default=0.0) + len(files)
+        cached = self._charts.get(str(path))
+        if cached and cached[0] == stamp:
+            return cached[1]
+        info = load_chart(ref)
+        self._charts[str(path)] = (stamp, info)
+        return info
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    retry_after: float | None = None  # seconds; None: nothing to retry
+    events: tuple[Event, ...] = ()
+    attempts: Attempts | None = None  # failure memory to record; None: derive from the status
+
+
+def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
+    """The Stalled condition if it already says ``reason`` (so a resync does not announce it again)."""
+    for c in cr.status.get("conditions", []):
+        if c.get("type") == "Stalled" and c.get("status") == "True" and c.get("reason") == reason:
+            return dict(c)
+    return None
+
+
+def _stall(cr: Resource, outcome: Outcome, retry_after: float | None = None) -> Result:
+    """A stalled outcome, announced by a Warning once rather than on every resync."""
+    already = _stalled_before(cr, outcome.reason)
+    if already and already.get("message") == outcome.message[: len(already.get("message", ""))]:
+        return Result(outcome, retry_after=retry_after)
+    return Result(outcome, retry_after=retry_after, events=(("Warning", outcome.reason, outcome.message),))
+
+
+async def reconcile(rt: Runtime, cr: Resource) -> Result:
+    watch = cr.watch
+    try:
+        chart_ref = await rt.local_chart(watch)
+        chart = rt.chart(chart_ref)
+    except Exception as exc:  # unreadable chart: a configuration problem, not worth retrying fast
+        outcome = Outcome("stalled", "ChartLoadFailed", f"cannot load chart {watch.chart.ref}: {exc}")
+        return _stall(cr, outcome, retry_after=watch.reconcile_period)
+    prepared = prepare(cr, chart_ref, chart)
+    if isinstance(prepared, Outcome):
+        if prepared.permanent:
+            attempts = next_attempts(attempts_from_status(cr.status), prepared, time.time())
+            result = _stall(cr, prepared)
+            return Result(result.outcome, events=result.events, attempts=attempts)
+        return _stall(cr, prepared)
+    target = prepared
+    key = target.ident.key
+    events: list[Event] = []
+
+    async with rt.concurrency.release(watch.key, key):
+        attempts = max(
+            attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
+        )
+        release, state, p = await _decide(rt, target, attempts, events)
+        log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
+        act = ACTIONS.get(p.action)
+        if act is None:
+            return _without_action(cr, target, release, state, p, attempts, events)
+        if rt.draining:
+            outcome = Outcome("progressing", "ShuttingDown", "operator is shutting down")
+            return Result(outcome, retry_after=5, events=tuple(events))
+        await _announce_progress(rt, cr, p)
+        scopes = await asyncio.to_thread(rt.discovery.scopes)
+        async with _deletion_watch(rt, cr) as abort:
+            outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
+    return _report(rt, key, attempts, outcome, events)
+
+
+async def _decide(
+    rt: Runtime, target: Target, attempts: Attempts, events: list[Event]
+) -> tuple[StoredRelease | None, ReleaseState, Plan]:
+    """Read Helm's storage and plan; a stale pending-* release is unlocked first, then re-planned."""
+    for _ in range(3):
+        release = await read(rt.kube, target)
+        state = determine_state(release, target.digest, target.ident.owner)
+        p = plan(
+            state,
+            release,
+            target.digest,
+            attempts,
+            now=time.time(),
+            rollback_on_failure=target.watch.rollback_on_failure,
+            policy=rt.retry,
+        )
+        if p.action is not Action.UNLOCK:
+            break
+        await asyncio.to_thread(storage.unlock, rt.kube.core, target.ident.name, target.ident.namespace)
+        events.append(("Warning", "Unlocked", f"release {target.ident.name}: {p.reason}; marked failed"))
+    return release, state, p
+
+
+def _without_action(
+    cr: Resource,
+    target: Target,
+    release: StoredRelease | None,
+    state: ReleaseState,
+    p: Plan,
+    attempts: Attempts,
+    events: list[Event],
+) -> Result:
+    name, ns = target.ident.name, target.ident.namespace
+    if p.action is Action.NOTHING and state is ReleaseState.UNMANAGED:
+        msg = f"Helm release {ns}/{name} exists but is not managed by this resource; delete or rename it"
+        result = _stall(
+            cr, Outcome("stalled", "ReleaseNotOwned", msg), retry_after=target.watch.reconcile_period
+        )
+        return Result(result.outcome, result.retry_after, (*events, *result.events))
+    if p.action is Action.NOTHING:
+        revision = release.revision if release else "?"
+        outcome = Outcome(
+            "ready",
+            "ReconciliationSucceeded",
+            f"release {name} revision {revision} is up to date",
+            release=release,
+            digest=target.digest,
+        )
+        return Result(outcome, events=tuple(events))
+    if p.action is Action.WAIT:
+        outcome = Outcome("progressing", attempts.reason or "RetryPending", p.reason, digest=target.digest)
+        return Result(outcome, retry_after=p.delay, events=tuple(events))
+    # GIVE_UP: keep what the status already says (e.g. RenderFailed with Helm's message).
+    reason = (attempts.reason if attempts.permanent else None) or "RetriesExhausted"
+    already = _stalled_before(cr, reason)
+    message = str(already.get("message")) if already else p.reason
+    outcome = Outcome("stalled", reason, message, release=release, digest=target.digest)
+    return Result(outcome, events=tuple(events) if already else (*events, ("Warning", reason, p.reason)))
+
+
+async def _announce_progress(rt: Runtime, cr: Resource, p: Plan) -> None:
+    """Reconciling=True / Ready=Unknown for this generation before Helm starts (kstatus)."""
+    if cr.uid is None:
+        return
+    ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
+    patch = progress_patch(cr.status, p.action.value, p.reason, cr.generation, time.time())
+    await rt.reporter.status(ref, cr.watch.served_plural, patch)
+
+
+@contextlib.asynccontextmanager
+async def _deletion_watch(rt: Runtime, cr: Resource) -> AsyncIterator[asyncio.Event]:
+    """An event set as soon as the resource is marked for deletion (or gone) during an action.
+
+    kopf serialises the handlers of one object, so its delete handler cannot run while an install
+    waits; this poll lets the action stop helm at once instead of holding the deletion (and a helm
+    slot) for the whole Helm timeout.
+    """
+    abort = asyncio.Event()
+    ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace)
+
+    async def poll() -> None:
+        while not abort.is_set():
+            await asyncio.sleep(DELETION_POLL)
+            try:
+                body = await asyncio.to_thread(rt.kube.get_custom, ref, cr.watch.served_plural)
+            except Exception:  # an API hiccup is not a deletion
+                continue
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                abort.set()
+
+    task = asyncio.get_running_loop().create_task(poll())
+    try:
+        yield abort
+    finally:
+        task.cancel()
+
+
+def _report(rt: Runtime, key: str, attempts: Attempts, outcome: Outcome, events: list[Event]) -> Result:
+    """Failure memory, Events and the retry delay for an action's outcome."""
+    new_attempts = next_attempts(attempts, outcome, time.time())
+    rt.attempts[key] = new_attempts
+    etype = "Normal" if outcome.phase in ("ready", "progressing") else "Warning"
+    events.append((etype, outcome.reason, outcome.message))
+    if outcome.remediation is not None:
+        r = outcome.remediation
+        events.append(("Normal" if r.succeeded else "Warning", r.reason, r.message))
+    retry = None
+    if outcome.phase == "failed":
+        retry = rt.retry.delay(attempts.failures + 1 if attempts.digest == outcome.digest else 1)
+    return Result(outcome, retry_after=retry, events=tuple(events), attempts=new_attempts)
+
+
+async def finalize(rt: Runtime, watch: Watch, namespace: str | None, name: str) -> str:
+    """Uninstall the resource's release (only if it is ours). Returns what happened, for the Event."""
+    ident = identify(watch, namespace, name)
+    async with rt.concurrency.release(watch.key, ident.key):
+        release = await asyncio.to_thread(storage.latest_release, rt.kube.core, ident.name, ident.namespace)
+        if release is None:
+            return f"release {ident.name} already gone"
+        if release.owner != ident.owner:
+            return f"release {ident.key} is not managed by this resource; left in place"
+        if release.status in PENDING_STATUSES:  # its writer was stopped or killed: free it first
+            await asyncio.to_thread(storage.unlock, rt.kube.core, ident.name, ident.namespace)
+        try:
+            await rt.helm.uninstall(ident.name, ident.namespace, timeout=watch.timeout, wait=True)
+        except HelmError as exc:
+            raise RuntimeError(f"uninstall of {ident.name} failed: {exc.message}") from None
+    return f"release {ident.name} uninstalled"

@@ -1,0 +1,70 @@
+"""Finish deletions of our resources in terminating namespaces (a gap in kopf's namespace patterns)."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+from collections.abc import Sequence
+
+from helm_operator.adapters.kube import ObjectRef
+from helm_operator.config.watches import Watch
+from helm_operator.core.naming import FINALIZER
+from helm_operator.drift.scheduler import DriftScheduler
+from helm_operator.runtime.reconcile import Runtime, finalize
+
+log = logging.getLogger(__name__)
+
+
+def _matches(namespace: str, patterns: Sequence[str]) -> bool:
+    """kopf's namespace patterns: globs, ``!glob`` excludes."""
+    included = any(fnmatch.fnmatch(namespace, p) for p in patterns if not p.startswith("!"))
+    return included and not any(fnmatch.fnmatch(namespace, p[1:]) for p in patterns if p.startswith("!"))
+
+
+SWEEP_INTERVAL = 10.0
+
+
+async def sweep_terminating(
+    runtime: Runtime, watches: Sequence[Watch], patterns: Sequence[str], drift: DriftScheduler
+) -> None:
+    """Finish deletions of our resources in terminating namespaces, every few seconds.
+
+    With namespace patterns kopf stops serving a namespace once it is terminating (and never
+    starts on one that was terminating at start-up), so its resources would wait forever on our
+    finalizer, and the namespace with them. Cluster-wide operators (no patterns) do not need this.
+    """
+    if not patterns:
+        return
+    while True:
+        try:
+            await _sweep_once(runtime, watches, patterns, drift)
+        except Exception:
+            log.exception("sweep of terminating namespaces failed; trying again later")
+        await asyncio.sleep(SWEEP_INTERVAL)
+
+
+async def _sweep_once(
+    runtime: Runtime, watches: Sequence[Watch], patterns: Sequence[str], drift: DriftScheduler
+) -> None:
+    kube = runtime.kube
+    for ns in await asyncio.to_thread(kube.terminating_namespaces):
+        if not _matches(ns, patterns):
+            continue
+        for watch in watches:
+            items = await asyncio.to_thread(
+                kube.deleting_custom, watch.api_version, watch.served_plural, ns, FINALIZER
+            )
+            for item in items:
+                meta = item["metadata"]
+                ref = ObjectRef(watch.api_version, watch.kind, meta["name"], ns, meta.get("uid"))
+                try:
+                    message = await finalize(runtime, watch, ns, meta["name"])
+                except RuntimeError as exc:
+                    log.warning("cannot finish deleting %s/%s: %s", ns, meta["name"], exc)
+                    continue
+                drift.forget(watch, ns, meta["name"])
+                log.info("%s/%s in terminating namespace: %s", ns, meta["name"], message)
+                await asyncio.to_thread(
+                    kube.drop_finalizer, ref, watch.served_plural, meta["finalizers"], FINALIZER
+                )
