@@ -18,7 +18,14 @@ from kubernetes import client
 
 log = logging.getLogger(__name__)
 
-_AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+# Aggregated discovery (GA in Kubernetes 1.30, beta since 1.26): one request per API root.
+_AGGREGATED = ",".join(
+    (
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+        "application/json",
+    )
+)
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,14 @@ PERMANENT_REASONS = frozenset(
     {"RenderFailed", "NamespaceViolation", "ClusterScopedNotAllowed", "ReleaseTooLarge"}
 )
 
+# A render problem cites a chart template by file and line ("mychart/templates/cm.yaml:6:15"),
+# whatever Helm's major version says around it; the markers catch the rest.
+_TEMPLATE_POSITION = re.compile(r"/templates/[^\s:]+:\d+")
 _RENDER_MARKERS = (
     "parse error",
     "template:",
+    'executing "',
+    "yaml parse error",
     "execution error",
     "failed to render chart",
     "error converting yaml to json",
@@ -66,7 +71,8 @@ def classify(text: str, exc: errors.Error | None = None) -> str:
             return reason
     if "too long: must have at most 1048576 bytes" in low or "request entity too large" in low:
         return "ReleaseTooLarge"
-    if isinstance(exc, errors.FailedToRenderChartError) or any(m in low for m in _RENDER_MARKERS):
+    rendered = any(m in low for m in _RENDER_MARKERS) or _TEMPLATE_POSITION.search(text)
+    if isinstance(exc, errors.FailedToRenderChartError) or rendered:
         return "RenderFailed"
     if "timed out" in low or "context deadline exceeded" in low:
         return "Timeout"

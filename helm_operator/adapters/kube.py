@@ -147,6 +147,8 @@ class Kube:
     def drop_finalizer(self, ref: ObjectRef, plural: str, finalizers: Sequence[str], finalizer: str) -> None:
         group, _, version = ref.api_version.rpartition("/")
         body = {"metadata": {"finalizers": [f for f in finalizers if f != finalizer]}}
-        client.CustomObjectsApi(self.api).patch_namespaced_custom_object(
-            group, version, str(ref.namespace), plural, ref.name, body
-        )
+        api = client.CustomObjectsApi(self.api)
+        if ref.namespace:
+            api.patch_namespaced_custom_object(group, version, ref.namespace, plural, ref.name, body)
+        else:
+            api.patch_cluster_custom_object(group, version, plural, ref.name, body)

@@ -57,6 +57,36 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
 
+def cmd_finalize(args: argparse.Namespace) -> int:
+    """Finish the deletion of a resource when no operator runs: uninstall, then drop the finalizer."""
+    from kubernetes import config
+
+    from helm_operator.runtime.app import App, Settings
+
+    try:
+        watches = load_watches(args.watches_file)
+    except WatchesError as exc:
+        print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
+    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubeconfig = str(Path.home() / ".kube/config")
+    helm = args.helm or os.environ.get("HELM_OPERATOR_HELM") or "helm"
+    try:
+        app = App(Settings(watches=watches, kubeconfig=kubeconfig, helm=helm))
+        print(app.release_stuck(args.kind, args.name, args.namespace))
+    except config.ConfigException as exc:
+        print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, RuntimeError) as exc:
+        print(f"helm-operator: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if "app" in locals():
+            app.close()
+    return 0
+
+
 def _wait_for_signal() -> None:
     """Block until Ctrl-C or SIGTERM."""
 
@@ -198,6 +228,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT")
     run.set_defaults(func=cmd_run)
+
+    fin = sub.add_parser(
+        "finalize",
+        help="uninstall a resource's release and remove the operator's finalizer (when no operator runs)",
+    )
+    fin.add_argument("kind", help="the kind, plural or plural.group of a watched resource")
+    fin.add_argument("name")
+    fin.add_argument("-n", "--namespace", default="default")
+    fin.add_argument("--watches-file", default="watches.yaml")
+    fin.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
+    fin.add_argument("--helm", default=None, help="helm executable (default: $HELM_OPERATOR_HELM, else helm)")
+    fin.set_defaults(func=cmd_finalize)
 
     dev = sub.add_parser("dev", help="a local control plane built from source (KWOK nodes)")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)

@@ -74,6 +74,7 @@ def status_patch(
                 "status": rel.status,
                 "chart": rel.chart_name,
                 "chartVersion": rel.chart_version,
+                "chartRef": f"{rel.chart_name}-{rel.chart_version}",  # as `helm list` shows it
                 "appVersion": rel.app_version,
                 "digest": rel.digest,
             }

@@ -26,14 +26,15 @@ from kubernetes import client, config
 
 from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmSettings
-from helm_operator.adapters.kube import Kube
+from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch, resolve
+from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.dependents import DependentWatches
 from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.handlers import configure, register
-from helm_operator.runtime.reconcile import Runtime
+from helm_operator.runtime.reconcile import Runtime, finalize
 from helm_operator.runtime.sweeper import sweep_terminating
 
 log = logging.getLogger(__name__)
@@ -144,10 +145,13 @@ class App:
 
     def _wire(self, watches: Sequence[Watch]) -> None:
         registry, runtime, drift = self.registry, self.runtime, self.drift
-        creds = _connection_info(self.kube_config)
+        creds = _connection_info(self.kube_config) if self.settings.kubeconfig else None
 
         @kopf.on.login(registry=registry)
-        def _login(**_: Any) -> kopf.ConnectionInfo:
+        def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            if creds is None:  # in-cluster: kopf re-reads the rotating service-account token itself
+                info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs)
+                return info
             return creds
 
         @kopf.on.startup(registry=registry)
@@ -182,6 +186,27 @@ class App:
                 watch.chart.ref,
             )
 
+    def release_stuck(self, kind: str, name: str, namespace: str | None) -> str:
+        """Uninstall one resource's release and drop the operator's finalizer from it: the way out
+        when the resource is being deleted and no operator runs to finish it."""
+        watches = self.resolve_watches()
+        matches = [w for w in watches if kind in (w.kind, w.plural, f"{w.plural}.{w.group}", w.kind.lower())]
+        if len(matches) != 1:
+            known = ", ".join(f"{w.kind} ({w.plural}.{w.group})" for w in watches)
+            raise ValueError(f"{kind!r} names {len(matches)} watched kinds; known: {known}")
+        watch = matches[0]
+        ns = namespace if watch.scope == "Namespaced" else None
+        ref = ObjectRef(watch.api_version, watch.kind, name, ns)
+        body = self.kube.get_custom(ref, watch.served_plural)
+        if body is None:
+            raise ValueError(f"{watch.kind} {name} not found" + (f" in namespace {ns}" if ns else ""))
+        message = asyncio.run(finalize(self.runtime, watch, ns, name))
+        finalizers = body["metadata"].get("finalizers") or []
+        if FINALIZER in finalizers:
+            self.kube.drop_finalizer(ref, watch.served_plural, finalizers, FINALIZER)
+            message += f"; finalizer {FINALIZER} removed"
+        return message
+
     def run(self) -> int:
         try:
             watches = self.resolve_watches()
@@ -196,6 +221,10 @@ class App:
                 standalone=True,
             )
         finally:
-            with contextlib.suppress(OSError):
-                shutil.rmtree(self.workdir)
+            self.close()
         return 0
+
+    def close(self) -> None:
+        """Remove the post-renderer folder (every start makes its own)."""
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.workdir)

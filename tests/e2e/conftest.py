@@ -110,6 +110,29 @@ TINY_WATCH = {
 }
 
 
+# The real-world chart under a kind whose plural no rule derives (KubeStateMetrics →
+# kubestatemetrics), allowed its cluster-scoped RBAC; and under a tenant kind that is not.
+REALWORLD_WATCHES = [
+    {
+        "group": "monitoring.test.helm-operator.io",
+        "version": "v1",
+        "kind": "KubeStateMetrics",
+        "chart": str(REPO / "tests/e2e/charts/realworld"),
+        "reconcilePeriod": "4s",
+        "timeout": "90s",
+        "allowClusterScoped": True,
+    },
+    {
+        "group": "test.helm-operator.io",
+        "version": "v1",
+        "kind": "TenantApp",
+        "chart": str(REPO / "tests/e2e/charts/realworld"),
+        "timeout": "60s",
+        "allowedNamespaces": ["shared-*"],
+    },
+]
+
+
 @pytest.fixture(scope="session")
 def crds(cluster: DevCluster) -> None:
     """The sample CRDs and the test CRDs, established."""
@@ -125,7 +148,7 @@ def e2e_watches(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for entry in entries:
         entry["chart"] = str(REPO / entry["chart"])
     path = tmp_path_factory.mktemp("watches") / "watches.yaml"
-    path.write_text(yaml.safe_dump([*entries, TINY_WATCH]))
+    path.write_text(yaml.safe_dump([*entries, TINY_WATCH, *REALWORLD_WATCHES]))
     return path
 
 

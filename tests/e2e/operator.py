@@ -142,10 +142,11 @@ class Resources:
         self.cluster = cluster
         self.ns = namespace
 
-    def apply(self, doc: dict[str, Any]) -> None:
+    def apply(self, doc: dict[str, Any], server_side: bool = False) -> None:
         doc = json.loads(json.dumps(doc))
         doc.setdefault("metadata", {})["namespace"] = self.ns
-        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+        flags = ["--server-side", "--field-manager=e2e"] if server_side else []
+        self.cluster.kubectl("apply", *flags, "-f", "-", input=json.dumps(doc))
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         out = self.cluster.kubectl("get", kind, name, "-n", self.ns, "-o", "json", check=False)

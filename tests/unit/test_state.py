@@ -85,6 +85,16 @@ def test_plan_failed_release() -> None:
     assert _plan(ReleaseState.FAILED, rel("failed", digest="old")) is Action.UPGRADE
 
 
+def test_an_interrupted_upgrade_goes_straight_to_the_desired_release() -> None:
+    # Unlocked after its writer was killed: nothing was wrong with it, so no rollback first.
+    interrupted = StoredRelease(
+        "r", "ns", 3, "failed", owner=OWNER, digest=DIGEST, ever_deployed=True, interrupted=True
+    )
+    assert _plan(ReleaseState.FAILED, interrupted) is Action.UPGRADE
+    first = StoredRelease("r", "ns", 1, "failed", owner=OWNER, digest=DIGEST, interrupted=True)
+    assert _plan(ReleaseState.FAILED, first) is Action.REINSTALL
+
+
 def test_backoff_is_capped_exponential() -> None:
     policy = RetryPolicy(base=5, cap=60, max_failures=10)
     assert [policy.delay(n) for n in range(0, 7)] == [0, 5, 10, 20, 40, 60, 60]

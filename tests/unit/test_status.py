@@ -37,6 +37,7 @@ def test_ready_outcome_sets_kstatus_conditions_and_release_record() -> None:
         "status": "deployed",
         "chart": "c",
         "chartVersion": "1.0",
+        "chartRef": "c-1.0",
         "appVersion": "2",
         "digest": "d",
         "lastAction": "install",

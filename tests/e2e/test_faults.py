@@ -1,0 +1,193 @@
+"""Faults and bad input: large specs, charts that cannot render, deletion during an install, annotation
+changes, and a resource re-created over a release whose objects garbage collection removed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
+
+from .conftest import Helm
+from .operator import REPO, OperatorProcess, Resources, eventually
+
+KIND = "tinies.test.helm-operator.io"
+NGINX = "nginxes.example.com"
+
+
+def tiny(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "test.helm-operator.io/v1",
+        "kind": "Tiny",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def releases(helm: Helm, ns: str) -> dict[str, dict[str, Any]]:
+    out = helm("list", "-a", "-n", ns, "-o", "json").stdout
+    return {r["name"]: r for r in json.loads(out)}
+
+
+@pytest.fixture
+def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
+    return Helm(tools.helm, cluster, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("size", "compressible"),
+    [(300_000, True), (900_000, True), (1_200_000, False)],
+    ids=["300k", "900k", "1200k"],
+)
+def test_large_specs_keep_status_changes_and_deletion_working(
+    operator: OperatorProcess, res: Resources, size: int, compressible: bool
+) -> None:
+    blob = (
+        os.urandom(size // 2).hex() if compressible else base64.b64encode(os.urandom(size * 3 // 4)).decode()
+    )
+    name = f"big{size // 1000}"
+    res.apply(tiny(name, blob=blob, message="one"), server_side=True)
+    if compressible:
+        res.wait_condition(KIND, name, "Ready", timeout=60)
+        start = time.monotonic()
+        res.apply(tiny(name, blob=blob, message="two"), server_side=True)
+        eventually(lambda: res.get("configmap", f"{name}-config")["data"]["message"] == "two", timeout=30)
+        assert time.monotonic() - start < 20
+    else:
+        stalled = res.wait_condition(KIND, name, "Stalled", timeout=60)
+        assert stalled["reason"] == "ReleaseTooLarge" and "over Helm's limit" in stalled["message"]
+        assert [c for c in operator.helm_calls() if c.startswith(f"upgrade {name} ")] == []
+    annotations = res.get(KIND, name)["metadata"].get("annotations") or {}
+    assert sum(len(v) for v in annotations.values()) < 1000  # no copy of the spec
+    start = time.monotonic()
+    res.delete(KIND, name)
+    assert not res.exists(KIND, name) and time.monotonic() - start < 60
+
+
+@pytest.fixture(params=["helm4", "helm3"])
+def driver(
+    request: pytest.FixtureRequest,
+    operator: OperatorProcess,
+    cluster: DevCluster,
+    crds: None,
+    tools: Toolchain,
+    e2e_watches: Path,
+    tmp_path: Path,
+) -> Iterator[tuple[OperatorProcess, Resources]]:
+    if request.param == "helm4":
+        ns = f"t-render4-{os.urandom(2).hex()}"
+        cluster.kubectl("create", "namespace", ns)
+        yield operator, Resources(cluster, ns)
+    else:
+        tools.require("helm3")
+        ns = f"r3-{os.urandom(3).hex()}"
+        cluster.kubectl("create", "namespace", ns)
+        (tmp_path / "op").mkdir()
+        op = OperatorProcess(cluster, tools.helm3, tmp_path / "op", e2e_watches, [ns])
+        op.start()
+        try:
+            yield op, Resources(cluster, ns)
+        finally:
+            op.stop()
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_render_errors_stall_at_once_under_both_majors(driver: tuple[OperatorProcess, Resources]) -> None:
+    op, res = driver
+    res.apply(tiny("nilptr", brokenRender=True))
+    stalled = res.wait_condition(KIND, "nilptr", "Stalled", timeout=60)
+    assert stalled["reason"] == "RenderFailed" and "deeper" in stalled["message"]
+    time.sleep(5)  # a retry would have come by now (retry base 1s)
+    calls = [c for c in op.helm_calls() if " nilptr " in f" {c} "]
+    assert len([c for c in calls if c.startswith("upgrade nilptr ")]) == 1, calls
+    assert not [c for c in calls if c.startswith("uninstall")], calls
+
+
+def test_deleting_a_resource_stops_its_running_install(
+    operator: OperatorProcess, res: Resources, helm4: Helm
+) -> None:
+    res.apply(tiny("stuck", nodeSelector={"nowhere": "true"}))  # Pods stay Pending: helm --wait blocks
+    eventually(
+        lambda: releases(helm4, res.ns).get("stuck", {}).get("status") == "pending-install", timeout=60
+    )
+    start = time.monotonic()
+    res.delete(KIND, "stuck")  # the Tiny watch waits up to 60s: the deletion must not
+    assert time.monotonic() - start < 25
+    assert "stuck" not in releases(helm4, res.ns)
+    assert not res.exists("deployment", "stuck")
+
+
+def test_an_annotation_change_is_reconciled_at_once(operator: OperatorProcess, res: Resources) -> None:
+    import yaml
+
+    doc = yaml.safe_load((REPO / "samples/nginx.yaml").read_text())  # resync period: 1m
+    res.apply(doc)
+    name = doc["metadata"]["name"]
+    res.wait_condition(NGINX, name, "Ready", timeout=120)
+    eventually(lambda: res.condition(NGINX, name, "Drifted").get("reason") == "NoDrift", timeout=30)
+    res.cluster.kubectl("annotate", NGINX, name, "-n", res.ns, "helm-operator.io/drift=disabled")
+    eventually(
+        lambda: res.condition(NGINX, name, "Drifted").get("reason") == "DriftCheckDisabled",
+        timeout=15,
+        what="reconcile on the annotation change",
+    )
+
+
+def test_a_resource_recreated_over_an_orphaned_release_restores_its_objects(
+    operator: OperatorProcess, res: Resources, helm4: Helm
+) -> None:
+    res.apply(tiny("adopt", message="kept"))
+    res.wait_condition(KIND, "adopt", "Ready")
+    operator.stop()
+    try:
+        # The way out users take when no operator runs: drop the finalizer by hand.
+        res.cluster.kubectl("delete", KIND, "adopt", "-n", res.ns, "--wait=false")
+        res.cluster.kubectl(
+            "patch", KIND, "adopt", "-n", res.ns, "--type=merge", "-p", '{"metadata":{"finalizers":[]}}'
+        )
+        eventually(lambda: not res.exists("deployment", "adopt"), timeout=60, what="garbage collection")
+        assert releases(helm4, res.ns)["adopt"]["status"] == "deployed"  # the release is left behind
+    finally:
+        operator.start()
+    res.apply(tiny("adopt", message="kept"))
+    res.wait_condition(KIND, "adopt", "Ready", timeout=90)
+    uid = res.get(KIND, "adopt")["metadata"]["uid"]
+    deployment = res.get("deployment", "adopt")
+    assert deployment is not None and [r["uid"] for r in deployment["metadata"]["ownerReferences"]] == [uid]
+    assert res.get("configmap", "adopt-config")["data"] == {"message": "kept"}
+    assert res.get(KIND, "adopt")["status"]["release"]["revision"] == 2
+
+
+def test_finalize_releases_a_resource_when_no_operator_runs(
+    operator: OperatorProcess, res: Resources, helm4: Helm, tools: Toolchain, e2e_watches: Path
+) -> None:
+    import subprocess
+    import sys
+
+    res.apply(tiny("orphan", message="x"))
+    res.wait_condition(KIND, "orphan", "Ready")
+    operator.stop()
+    try:
+        res.cluster.kubectl("delete", KIND, "orphan", "-n", res.ns, "--wait=false")
+        time.sleep(2)
+        assert res.exists(KIND, "orphan")  # held by the finalizer: nobody uninstalls
+        cmd = [sys.executable, "-m", "helm_operator.cli", "finalize", "tiny", "orphan", "-n", res.ns]
+        cmd += ["--watches-file", str(e2e_watches), "--kubeconfig", str(res.cluster.kubeconfig)]
+        cmd += ["--helm", str(tools.helm)]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "TINY_TAG": "2"}
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "release orphan uninstalled; finalizer helm-operator.io/uninstall removed" in proc.stdout
+        eventually(lambda: not res.exists(KIND, "orphan"), timeout=30, what="resource gone")
+        assert "orphan" not in releases(helm4, res.ns)
+    finally:
+        operator.start()

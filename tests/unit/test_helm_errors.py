@@ -1,0 +1,50 @@
+"""What helm printed, classified the same way for Helm 3 and Helm 4."""
+
+from __future__ import annotations
+
+import pytest
+
+from helm_operator.adapters.helm import PERMANENT_REASONS, classify, tenant_message
+
+RENDER_FAILURES = [
+    # Helm 4: a template that cannot execute cites file:line:col without "template:"
+    'c1/templates/bad.yaml:6:15\n  executing "c1/templates/bad.yaml" at <.Values.nope.deeper>:\n'
+    "    nil pointer evaluating interface {}.deeper",
+    'parse error at (c1/templates/bad.yaml:6): unexpected "}" in operand',
+    "YAML parse error on c1/templates/bad.yaml: error converting YAML to JSON: yaml: line 4",
+    # Helm 3
+    "UPGRADE FAILED: template: c1/templates/bad.yaml:6:15: executing ... nil pointer evaluating",
+    "INSTALLATION FAILED: execution error at (tiny/templates/configmap.yaml:8:4): the chart refuses",
+    "unable to build kubernetes objects from release manifest: error validating data",
+]
+
+
+@pytest.mark.parametrize("text", RENDER_FAILURES)
+def test_render_failures_are_permanent_under_both_majors(text: str) -> None:
+    assert classify(text) == "RenderFailed"
+    assert "RenderFailed" in PERMANENT_REASONS
+
+
+def test_apply_and_cluster_failures_are_retried() -> None:
+    text = 'UPGRADE FAILED: cannot patch "web" with kind Deployment: spec.replicas: Invalid value: -1'
+    assert classify(text) == "HelmFailed"
+    assert classify("context deadline exceeded") == "Timeout"
+    assert classify("kubernetes cluster unreachable: connection refused") == "HelmFailed"
+    assert "HelmFailed" not in PERMANENT_REASONS and "Timeout" not in PERMANENT_REASONS
+
+
+def test_tenant_violations_and_oversized_records() -> None:
+    text = (
+        "INSTALLATION FAILED: error while running post render on files: error while running command "
+        "helm-operator-postrender. error output:\nhelm-operator: NamespaceViolation: ConfigMap/x targets "
+        "namespace 'kube-system'; allowed: a\n: exit status 3"
+    )
+    assert classify(text) == "NamespaceViolation"
+    assert (
+        tenant_message(text) == "NamespaceViolation: ConfigMap/x targets namespace 'kube-system'; allowed: a"
+    )
+    big = (
+        'create: failed to create: Secret "sh.helm.release.v1.r.v1" is invalid: '
+        "data: Too long: must have at most 1048576 bytes"
+    )
+    assert classify(big) == "ReleaseTooLarge" and "ReleaseTooLarge" in PERMANENT_REASONS

@@ -1,0 +1,69 @@
+"""Imports go one way: config → core → release → adapters → drift → runtime → cli.
+
+A lower layer never imports a higher one, so there are no cycles between packages, the pure parts
+(config, core, release, drift.diff) never reach an adapter, and the development tooling (``dev``)
+is only reached from the CLI's ``dev`` commands, never by what a runtime install runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "helm_operator"
+RANK = {"config": 0, "core": 1, "release": 2, "adapters": 3, "drift": 4, "runtime": 5, "cli": 6}
+PURE = {"config", "core", "release", "drift.diff"}
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            if node.module.startswith("helm_operator"):
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_imports_only_go_down_the_layers() -> None:
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        module = ".".join(rel.parts).removesuffix(".__init__")
+        own = _layer(module)
+        for imported in _imports(path):
+            if not imported.startswith("helm_operator"):
+                continue
+            other = _layer(imported)
+            if other in ("", own) or (other not in RANK and other != "dev"):
+                continue
+            if other == "dev":
+                if own not in ("cli", "dev"):
+                    wrong.append(f"{module} imports development tooling {imported}")
+                continue
+            if own == "dev":
+                wrong.append(f"{module} (dev tooling) imports {imported}")
+            elif RANK[other] > RANK.get(own, 99) or own not in RANK:
+                wrong.append(f"{module} ({own}) imports {imported} ({other}), a higher layer")
+    assert wrong == []
+
+
+def test_pure_modules_never_reach_an_adapter_or_the_runtime() -> None:
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if not any(module.startswith(f"helm_operator.{p}") for p in PURE):
+            continue
+        for imported in _imports(path):
+            if any(imported.startswith(f"helm_operator.{x}") for x in ("adapters", "runtime", "drift.check")):
+                wrong.append(f"{module} imports {imported}")
+            if imported.startswith(("kubernetes", "kopf", "pyhelm3")):
+                wrong.append(f"{module} imports {imported}")
+    assert wrong == []
