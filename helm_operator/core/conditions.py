@@ -49,6 +49,21 @@ def _condition(
     }
 
 
+def keep_transitions(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``after`` with the transition time of ``before`` wherever the status ends up unchanged (a
+    condition set in several steps of one reconcile did not really transition)."""
+    old = {c["type"]: c for c in before}
+    out = []
+    for c in after:
+        prev = old.get(c["type"])
+        if prev is not None and prev.get("status") == c.get("status") and prev.get("lastTransitionTime"):
+            c = {**c, "lastTransitionTime": prev["lastTransitionTime"]}
+        out.append(dict(c))
+    return out
+
+
 def merge_conditions(
     existing: Sequence[Mapping[str, Any]],
     updates: Sequence[Update],

@@ -20,6 +20,7 @@ import yaml
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.metrics import DRIFT_CORRECTIONS, DRIFT_DETECTED
 from helm_operator.config.watches import Watch
+from helm_operator.core.conditions import Update
 from helm_operator.core.naming import DRIFT_ANNOTATION
 from helm_operator.drift.diff import (
     ObjectDrift,
@@ -29,9 +30,11 @@ from helm_operator.drift.diff import (
     with_helm_ownership,
     without_ignored,
 )
+from helm_operator.release.health import Health, assess
 from helm_operator.release.record import StoredRelease
 
 MODES = ("enabled", "warn", "disabled")
+WORKLOADS_NOT_READY = "WorkloadsNotReady"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class DriftReport:
     mode: str
     drifts: tuple[ObjectDrift, ...] = ()
     corrected: bool = False
+    health: Health | None = None  # of the workloads, from the same live objects; None: not read
 
 
 def manifest_objects(release: StoredRelease) -> list[dict[str, Any]]:
@@ -118,8 +122,9 @@ async def check_release(
         elif live is not None:
             memory.remember(_key(doc, release.namespace), _digest(doc), live)
     found = tuple(d for _, _, d in drifts)
+    health = assess(live for live, _ in observed)
     if not found or mode == "warn":
-        return DriftReport(mode, found)
+        return DriftReport(mode, found, health=health)
     if announce is not None:
         await announce(found)  # Drifted=True while correcting
     for doc, live, drift in drifts:
@@ -128,7 +133,7 @@ async def check_release(
         ignored = [r.pointer for r in owned if r.matches(kind, name, r.pointer)]
         await asyncio.to_thread(kube.apply, without_ignored(doc, ignored), release.namespace)
         DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=kind).inc()
-    return DriftReport(mode, found, corrected=True)
+    return DriftReport(mode, found, corrected=True, health=health)
 
 
 def condition_for(report: DriftReport) -> tuple[str, bool, str, str]:
@@ -141,6 +146,21 @@ def condition_for(report: DriftReport) -> tuple[str, bool, str, str]:
     if report.corrected:
         return ("Drifted", False, "DriftCorrected", f"corrected: {summary}")
     return ("Drifted", True, "DriftDetected", summary)
+
+
+def health_updates(conditions: Sequence[Mapping[str, Any]], report: DriftReport) -> list[Update]:
+    """``Ready`` follows the workloads of a deployed release: False (naming what is not ready) while
+    any is not, True again once all are. A Ready=False for another reason (a failed upgrade, a
+    stalled resource) is never overwritten."""
+    if report.health is None:
+        return []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    ours = ready.get("reason") == WORKLOADS_NOT_READY
+    if not report.health.ready and (ready.get("status") == "True" or ours):
+        return [("Ready", False, WORKLOADS_NOT_READY, report.health.message())]
+    if report.health.ready and ours:
+        return [("Ready", True, "WorkloadsReady", report.health.message())]
+    return []
 
 
 def events_for(watch: Watch, report: DriftReport) -> list[tuple[str, str, str]]:

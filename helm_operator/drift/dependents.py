@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,11 +23,13 @@ from kubernetes.client.exceptions import ApiException
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.metrics import DEPENDENT_CACHE
 from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.release.health import WORKLOAD_KINDS, why_unready
 
 log = logging.getLogger(__name__)
 
 Kind = tuple[str, str]  # (apiVersion, kind)
 SELECTOR = OWNER_LABEL  # "the label exists": every object any release of this operator created
+RETRY_BASE, RETRY_CAP = 1.0, 30.0  # seconds between attempts while the API server is unreachable
 
 
 def signature(obj: Mapping[str, Any]) -> str:
@@ -35,15 +38,19 @@ def signature(obj: Mapping[str, Any]) -> str:
     for k in ("resourceVersion", "managedFields", "generation"):
         meta.pop(k, None)
     if (obj.get("metadata") or {}).get("generation") is not None:
-        # Objects with a generation bump it on every spec change; status writes do not.
+        # Objects with a generation bump it on every spec change; status writes do not, except
+        # where they change whether a workload is ready (Ready follows that).
         body: dict[str, Any] = {
             "generation": obj["metadata"]["generation"],
             "labels": meta.get("labels"),
             "annotations": meta.get("annotations"),
+            "unready": why_unready(obj),
         }
     else:
         body = {k: v for k, v in obj.items() if k != "status"}
         body["metadata"] = meta
+        if obj.get("kind") in WORKLOAD_KINDS:  # a PersistentVolumeClaim binding
+            body["unready"] = why_unready(obj)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -64,22 +71,44 @@ class _KindWatch:
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"watch-{kind[1]}", daemon=True)
         self.label = f"{kind[1]}.{kind[0]}"
+        self.failures, self.failing_since = 0, 0.0  # consecutive failed attempts (API server away)
 
     def _run(self) -> None:
         while not self.stopped.is_set():
             try:
                 self._list_and_watch()
             except ApiException as exc:
-                if exc.status != 410:  # 410 Gone: the resourceVersion expired, list again
-                    log.warning("watch of %s failed: %s; retrying", self.kind[1], exc.reason)
-                    self.stopped.wait(2)
-            except Exception:
-                log.exception("watch of %s failed; retrying", self.kind[1])
-                self.stopped.wait(2)
+                if exc.status == 410:  # Gone: the resourceVersion expired, list again at once
+                    continue
+                self._failed(f"{exc.status} {exc.reason}")
+            except Exception as exc:  # connection refused, reset, timed out: the API server is away
+                self._failed(f"{type(exc).__name__}: {str(exc)[:120]}")
+
+    def _failed(self, why: str) -> None:
+        """One line on the first failure (and every tenth), then wait: capped exponential backoff."""
+        self.failures += 1
+        if self.failures == 1:
+            self.failing_since = time.monotonic()
+        if self.failures == 1 or self.failures % 10 == 0:
+            log.warning(
+                "watch of %s failed (%d in a row): %s; retrying with backoff", self.label, self.failures, why
+            )
+        self.stopped.wait(min(RETRY_CAP, RETRY_BASE * 2 ** (self.failures - 1)))
+
+    def _recovered(self) -> None:
+        if self.failures:
+            log.info(
+                "watch of %s is back after %d failed attempts (%.0fs)",
+                self.label,
+                self.failures,
+                time.monotonic() - self.failing_since,
+            )
+        self.failures = 0
 
     def _list_and_watch(self) -> None:
         res = self.kube.resource(*self.kind)
         listing = res.get(label_selector=SELECTOR)
+        self._recovered()
         fresh = {
             (i["metadata"].get("namespace") or "", i["metadata"]["name"]): (
                 signature(i),

@@ -28,6 +28,7 @@ from helm_operator.drift.check import (
     check_release,
     condition_for,
     events_for,
+    health_updates,
     manifest_objects,
     mode_of,
 )
@@ -81,9 +82,11 @@ class DriftChecker:
         conditions: Sequence[Mapping[str, Any]],
         generation: int,
     ) -> list[dict[str, Any]]:
-        """Post the Events of a check and return the conditions with ``Drifted`` updated."""
+        """Post the Events of a check; return the conditions with ``Drifted`` (and ``Ready``, from
+        the workloads' health) updated."""
         await self.reporter.events(ref, events_for(watch, report))
-        return merge_conditions(conditions, [condition_for(report)], generation, time.time())
+        updates = [condition_for(report), *health_updates(conditions, report)]
+        return merge_conditions(conditions, updates, generation, time.time())
 
 
 class DriftScheduler:

@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 import kopf
+import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.config.watches import Watch, selector_matches
+from helm_operator.core.conditions import keep_transitions
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
 from helm_operator.release.identity import identify
@@ -69,6 +73,28 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.batching.error_delays = [1, 2, 5, 10, 30]
 
 
+API_RETRY = 10.0  # seconds before a handler retries while the API server is unreachable
+
+
+def _api_unreachable(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return bool(exc.status == 0 or (exc.status or 0) >= 500)
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+@contextlib.asynccontextmanager
+async def _api_errors_as_retries() -> AsyncIterator[None]:
+    """An API outage is one concise retry line per resource, not a traceback per handler call."""
+    try:
+        yield
+    except Exception as exc:
+        if not _api_unreachable(exc):
+            raise
+        raise kopf.TemporaryError(
+            f"API server unreachable ({type(exc).__name__}); retrying", delay=API_RETRY
+        ) from None
+
+
 @dataclass(frozen=True)
 class Handlers:
     """The handlers of one watched kind, registered from the table in ``register``."""
@@ -81,6 +107,10 @@ class Handlers:
         return ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace, meta.uid)
 
     async def change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, **_: Any) -> None:
+        async with _api_errors_as_retries():
+            await self._change(spec, status, meta)
+
+    async def _change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> None:
         if meta.get("deletionTimestamp"):
             return  # being deleted: the delete handler uninstalls; never install or upgrade now
         rt, watch = self.runtime, self.watch
@@ -110,6 +140,7 @@ class Handlers:
                 patch["conditions"] = await checker.report(
                     watch, ref, report, patch["conditions"], generation
                 )
+        patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
         await rt.reporter.events(ref, result.events)
         await rt.reporter.status(ref, watch.served_plural, patch)
         if result.retry_after is not None and result.outcome.phase != "ready":
@@ -118,14 +149,19 @@ class Handlers:
     async def resync(self, meta: kopf.Meta, **kwargs: Any) -> None:
         # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is being
         # deleted) that body is stale. Never install or upgrade for a resource that is going away.
-        ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
-        fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
-        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-            return
-        body = kopf.Body(cast(Any, fresh))
-        await self.change(spec=body.spec, status=body.status, meta=body.meta)
+        async with _api_errors_as_retries():
+            ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
+            fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
+            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                return
+            body = kopf.Body(cast(Any, fresh))
+            await self._change(body.spec, body.status, body.meta)
 
     async def delete(self, meta: kopf.Meta, **_: Any) -> None:
+        async with _api_errors_as_retries():
+            await self._delete(meta)
+
+    async def _delete(self, meta: kopf.Meta) -> None:
         ref = self._ref(meta)
         try:
             message = await finalize(self.runtime, self.watch, meta.namespace, meta.name)

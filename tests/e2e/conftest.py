@@ -128,6 +128,7 @@ REALWORLD_WATCHES = [
         "kind": "TenantApp",
         "chart": str(REPO / "tests/e2e/charts/realworld"),
         "timeout": "60s",
+        "wait": False,  # Ready then follows the workloads as they come up
         "allowedNamespaces": ["shared-*"],
     },
 ]

@@ -268,3 +268,28 @@ def test_status_says_reconciling_while_a_hook_holds_the_upgrade(
         if wait.poll() is None:
             wait.kill()
         cluster.kubectl("label", "node", "node-000000", f"{label}-", check=False)
+
+
+def test_ready_follows_the_workloads_after_the_install(
+    operator: OperatorProcess, res: Resources, cluster: DevCluster
+) -> None:
+    label = f"sched-{res.ns[-4:]}"
+    res.apply(tenant_app("health", rbac={"create": False}, nodeSelector={label: "yes"}))  # Pods stay Pending
+    released = res.wait_condition(TENANT, "health", "Released", timeout=60)  # wait: false
+    assert released["status"] == "True"
+    ready = res.wait_condition(TENANT, "health", "Ready", status="False", timeout=30)
+    assert ready["reason"] == "WorkloadsNotReady"
+    assert "Deployment/health-realworld: 0/1 replicas available" in ready["message"]
+    cluster.kubectl("label", "node", "node-000001", f"{label}=yes")
+    try:
+        ready = res.wait_condition(TENANT, "health", "Ready", timeout=30)  # event-driven, not the resync
+        assert ready["reason"] == "WorkloadsReady"
+        # A workload that loses its Pods makes Ready False again, naming it.
+        cluster.kubectl("label", "node", "node-000001", f"{label}-")
+        cluster.kubectl(
+            "delete", "pods", "-n", res.ns, "-l", "app.kubernetes.io/instance=health", "--wait=false"
+        )
+        ready = res.wait_condition(TENANT, "health", "Ready", status="False", timeout=30, generation=False)
+        assert "Deployment/health-realworld" in ready["message"]
+    finally:
+        cluster.kubectl("label", "node", "node-000001", f"{label}-", check=False)

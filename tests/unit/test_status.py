@@ -135,3 +135,18 @@ def test_next_attempts() -> None:
     assert next_attempts(a1, render, 30).permanent
     assert next_attempts(a1, Outcome("progressing", "RetryPending", "wait"), 30) == a1
     assert next_attempts(a1, Outcome("ready", "UpgradeSucceeded", "ok"), 30) == Attempts()
+
+
+def test_a_condition_set_twice_in_one_reconcile_keeps_its_transition_time() -> None:
+    from helm_operator.core.conditions import keep_transitions, merge_conditions
+
+    before = merge_conditions([], [("Ready", False, "WorkloadsNotReady", "x")], 1, 100)
+    interim = merge_conditions(before, [("Ready", True, "ReconciliationSucceeded", "ok")], 1, 200)
+    final = merge_conditions(interim, [("Ready", False, "WorkloadsNotReady", "x")], 1, 200)
+    assert keep_transitions(before, final)[0]["lastTransitionTime"] == before[0]["lastTransitionTime"]
+    flipped = keep_transitions(before, interim)
+    assert (
+        flipped[0]["lastTransitionTime"]
+        == interim[0]["lastTransitionTime"]
+        != before[0]["lastTransitionTime"]
+    )
