@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,14 @@ class Discovery:
         self._taken = 0.0
 
     def _get(self, path: str) -> dict[str, Any]:
-        resp = cast(Any, self.api).call_api(
-            path,
-            "GET",
-            header_params={"Accept": _AGGREGATED},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
+        api = cast(Any, self.api)
+        request = api.param_serialize(
+            "GET", path, header_params={"Accept": _AGGREGATED}, auth_settings=["BearerToken"]
         )
+        resp = api.call_api(*request)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException(status=resp.status, reason=f"discovery of {path} failed")
         body: dict[str, Any] = json.loads(resp.data)
         return body
 

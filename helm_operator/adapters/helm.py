@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,6 +227,7 @@ class Helm:
         extra = ["--history-max", str(history_max)]
         if labels:
             extra += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
+        verdict = None
         if await self._prepare_postrender():
             assert self.settings.workdir is not None
             scopes_file = None
@@ -235,7 +237,10 @@ class Helm:
                     tmp = scopes_file.with_suffix(f".{os.getpid()}.tmp")
                     tmp.write_text(json.dumps(scopes, sort_keys=True))
                     tmp.replace(scopes_file)
-            extra += postrender.args_for(labels[OWNER_LABEL], owner_ref, namespace, scopes_file, tenant)
+            verdict = self.settings.workdir / f"verdict-{uuid.uuid4().hex}"
+            extra += postrender.args_for(
+                labels[OWNER_LABEL], owner_ref, namespace, scopes_file, tenant, verdict
+            )
         chart_ref: Path | str = chart.path if chart.path is not None else chart.ref
 
         async def go() -> Any:
@@ -251,7 +256,18 @@ class Helm:
                 repo=None if chart.path else chart.repo,
             )
 
-        result: dict[str, Any] = await self._call(values, extra, go, abort)
+        try:
+            result: dict[str, Any] = await self._call(values, extra, go, abort)
+        except HelmError as exc:
+            # The post-renderer refused objects; Helm 4 does not pass its stderr on, so it also
+            # leaves its verdict in a file.
+            found = verdict.read_text() if verdict is not None and verdict.exists() else ""
+            if found:
+                raise HelmError(classify(found), tenant_message(found)) from exc
+            raise
+        finally:
+            if verdict is not None:
+                verdict.unlink(missing_ok=True)
         return result
 
     async def pull(self, chart: ChartRef) -> Path:

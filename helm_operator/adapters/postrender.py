@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", required=True, help="the release namespace")
     parser.add_argument("--scopes", default="", help="JSON file: {'<group>/<Kind>': namespaced}")
     parser.add_argument("--tenant", default="", help="tenant rules as JSON (omit: not enforced)")
+    parser.add_argument("--verdict", default="", help="file to write violations to (Helm 4 drops stderr)")
     args = parser.parse_args(argv)
     owner_ref = json.loads(args.owner_ref) if args.owner_ref else None
     rules = TenantRules(**json.loads(args.tenant)) if args.tenant else TenantRules(enforce=False)
@@ -74,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     scopes = scopes_with_crds(server, docs)
     found = violations(docs, args.namespace, scopes, rules)
     if found:
-        for v in found:
-            print(f"helm-operator: {v}", file=sys.stderr)
+        lines = [f"helm-operator: {v}" for v in found]
+        print("\n".join(lines), file=sys.stderr)
+        if args.verdict:
+            Path(args.verdict).write_text("\n".join(lines) + "\n")
         return EXIT_VIOLATION
     yaml.safe_dump_all(mark(docs, args.owner, owner_ref, args.namespace, scopes), sys.stdout, sort_keys=False)
     return 0
@@ -87,10 +90,13 @@ def args_for(
     namespace: str,
     scopes_file: Path | None,
     rules: TenantRules,
+    verdict: Path | None = None,
 ) -> list[str]:
     """The ``--post-renderer*`` flags for one release (Helm 3 and 4 alike)."""
     out = ["--post-renderer", NAME]
     values = [f"--owner={owner}", f"--namespace={namespace}"]
+    if verdict is not None:
+        values.append(f"--verdict={verdict}")
     if owner_ref:
         values.append("--owner-ref=" + json.dumps(dict(owner_ref), separators=(",", ":")))
     if scopes_file is not None:

@@ -266,11 +266,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    try:
+    if args.command != "dev":
         rc: int = args.func(args)
-    except RuntimeError as exc:  # dev tooling: missing binaries, a cluster that did not start
-        if type(exc).__name__ not in ("ToolsMissing", "ClusterError"):
-            raise
+        return rc
+    from helm_operator.dev.devcluster import ClusterError
+    from helm_operator.dev.tools import ToolsMissing
+
+    try:
+        rc = args.func(args)
+    except (ToolsMissing, ClusterError) as exc:  # missing binaries, a cluster that did not start
         print(f"helm-operator: {exc}", file=sys.stderr)
         return 1
     return rc

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
@@ -128,7 +130,8 @@ class DriftScheduler:
                     break
                 self._state[owner] = False
         except Exception as exc:
-            log.warning("drift check for owner %s failed: %s", owner, exc)
+            why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)[:200]
+            log.warning("drift check for owner %s failed: %s", owner, why)
         finally:
             self._state.pop(owner, None)
 
@@ -138,23 +141,22 @@ class DriftScheduler:
             return
         watch, namespace, name = entry
         kube = self.checker.kube
-        ref = ObjectRef(watch.api_version, watch.kind, name, namespace)
-        body = await asyncio.to_thread(kube.get_custom, ref, watch.served_plural)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return
-        ref = ObjectRef(watch.api_version, watch.kind, name, namespace, body["metadata"]["uid"])
-        generation = int(body["metadata"].get("generation") or 0)
-        current = (body.get("status") or {}).get("conditions", [])
         ident = identify(watch, namespace, name)
+        # Read, check and write under the release's lock, so the conditions written are never
+        # older than what a reconcile wrote meanwhile.
         async with self.concurrency.release(watch.key, ident.key):
-            report = await self.checker.check(
-                watch,
-                ident,
-                body["metadata"].get("annotations") or {},
-                self.checker.announcer(watch, ref, current, generation),
-            )
-        if report is None:
-            return
-        conditions = await self.checker.report(watch, ref, report, current, generation)
-        if report.corrected or conditions != current:  # corrected: replace "Correcting"
-            await self.checker.reporter.status(ref, watch.served_plural, {"conditions": conditions})
+            ref = ObjectRef(watch.api_version, watch.kind, name, namespace)
+            body = await asyncio.to_thread(kube.get_custom, ref, watch.served_plural)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return
+            ref = ObjectRef(watch.api_version, watch.kind, name, namespace, body["metadata"]["uid"])
+            generation = int(body["metadata"].get("generation") or 0)
+            current = (body.get("status") or {}).get("conditions", [])
+            annotations = body["metadata"].get("annotations") or {}
+            announce = self.checker.announcer(watch, ref, current, generation)
+            report = await self.checker.check(watch, ident, annotations, announce)
+            if report is None:
+                return
+            conditions = await self.checker.report(watch, ref, report, current, generation)
+            if report.corrected or conditions != current:  # corrected: replace "Correcting"
+                await self.checker.reporter.status(ref, watch.served_plural, {"conditions": conditions})

@@ -21,7 +21,6 @@ from helm_operator.config.watches import Watch, selector_matches
 from helm_operator.core.conditions import keep_transitions
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
-from helm_operator.release.identity import identify
 from helm_operator.release.status import status_patch
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.reconcile import Runtime, finalize, reconcile
@@ -128,21 +127,20 @@ class Handlers:
         result = await reconcile(rt, cr)
         ref = self._ref(meta)
         patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
-        if result.outcome.phase == "ready":
-            # The safety net: every reconcile (also on resume and each resync) checks drift.
-            self.drift.track(watch, meta.namespace, meta.name)
-            ident = identify(watch, meta.namespace, meta.name)
-            checker = rt.drift
-            async with rt.concurrency.release(watch.key, ident.key):
+        # Under the release's lock: no drift check of another trigger writes conditions in between.
+        async with rt.concurrency.release(watch.key, cr.ident.key):
+            if result.outcome.phase == "ready":
+                # The safety net: every reconcile (also on resume and each resync) checks drift.
+                self.drift.track(watch, meta.namespace, meta.name)
+                checker = rt.drift
                 announce = checker.announcer(watch, ref, patch["conditions"], generation)
-                report = await checker.check(watch, ident, cr.annotations, announce)
-            if report is not None:
-                patch["conditions"] = await checker.report(
-                    watch, ref, report, patch["conditions"], generation
-                )
-        patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
-        await rt.reporter.events(ref, result.events)
-        await rt.reporter.status(ref, watch.served_plural, patch)
+                report = await checker.check(watch, cr.ident, cr.annotations, announce)
+                if report is not None:
+                    conditions = patch["conditions"]
+                    patch["conditions"] = await checker.report(watch, ref, report, conditions, generation)
+            patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
+            await rt.reporter.events(ref, result.events)
+            await rt.reporter.status(ref, watch.served_plural, patch)
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
 

@@ -191,3 +191,68 @@ def test_finalize_releases_a_resource_when_no_operator_runs(
         assert "orphan" not in releases(helm4, res.ns)
     finally:
         operator.start()
+
+
+def test_a_kind_whose_crd_is_missing_is_waited_for_by_name(
+    cluster: DevCluster, crds: None, tools: Toolchain, tmp_path: Path
+) -> None:
+    group = f"late{os.urandom(2).hex()}.test.helm-operator.io"
+    watches = tmp_path / "watches.yaml"
+    watches.write_text(
+        json.dumps(
+            [
+                {
+                    "group": group,
+                    "version": "v1",
+                    "kind": "Latecomer",
+                    "chart": str(REPO / "tests/e2e/charts/tiny"),
+                }
+            ]
+        )
+    )
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"latecomerz.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": "Latecomer", "plural": "latecomerz", "singular": "latecomer"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+    ns = f"late-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    import subprocess
+    import sys
+
+    log = tmp_path / "op.log"
+    cmd = [sys.executable, "-m", "helm_operator.cli", "run", "--watches-file", str(watches)]
+    cmd += ["--kubeconfig", str(cluster.kubeconfig), "--helm", str(tools.helm), "--namespace", ns]
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        needle = f"waiting for the API server to serve Latecomer ({group}/v1): is its CRD applied?"
+        eventually(lambda: needle in log.read_text(), timeout=20, what="a log line naming the kind")
+        time.sleep(6)
+        assert log.read_text().count(needle) >= 2  # repeated every few seconds, not once and silence
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(crd))
+        eventually(lambda: "latecomerz" in log.read_text(), timeout=30, what="served under its CRD's plural")
+        res = Resources(cluster, ns)
+        res.apply({"apiVersion": f"{group}/v1", "kind": "Latecomer", "metadata": {"name": "l"}, "spec": {}})
+        res.wait_condition(f"latecomerz.{group}", "l", "Ready", timeout=60)
+        res.delete(f"latecomerz.{group}", "l")
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        cluster.kubectl("delete", "crd", f"latecomerz.{group}", "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -66,7 +66,7 @@ def live(cluster: DevCluster, doc: dict[str, Any], ns: str) -> dict[str, Any] | 
         "get",
         f"{doc['kind']}.{doc['apiVersion'].split('/')[0]}" if "/" in doc["apiVersion"] else doc["kind"],
     ]
-    args += [meta["name"], "-o", "json"]
+    args += [meta["name"], "-o", "json", "--show-managed-fields"]
     if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
         args += ["-n", meta.get("namespace") or ns]
     out = cluster.kubectl(*args, check=False)
@@ -74,18 +74,19 @@ def live(cluster: DevCluster, doc: dict[str, Any], ns: str) -> dict[str, Any] | 
 
 
 def writes(cluster: DevCluster, docs: list[dict[str, Any]], ns: str) -> dict[str, Any]:
-    """What changes when anybody writes an object's spec or data: its generation (where it has
-    one: controllers' status writes do not move it), else its resourceVersion; and the times of
-    Helm's managedFields entries (a server-side apply as `helm` moves them)."""
+    """What changes when anybody writes an object: its content without status (controllers' status
+    writes are theirs) and the entries of Helm's field manager (every server-side apply as `helm`,
+    which is what a drift correction does, moves their time)."""
     out: dict[str, Any] = {}
     for doc in docs:
         obj = live(cluster, doc, ns)
         assert obj is not None, f"{doc['kind']}/{doc['metadata']['name']} is missing"
         meta = obj["metadata"]
-        helm_times = sorted(
-            m.get("time", "") for m in meta.get("managedFields", []) if m["manager"] == "helm"
-        )
-        out[f"{doc['kind']}/{meta['name']}"] = (meta.get("generation") or meta["resourceVersion"], helm_times)
+        helm = [(m["operation"], m.get("time")) for m in meta["managedFields"] if m["manager"] == "helm"]
+        assert helm, f"{doc['kind']}/{meta['name']} has no managedFields entry of helm"
+        content = {k: v for k, v in obj.items() if k != "status"}
+        content["metadata"] = {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
+        out[f"{doc['kind']}/{meta['name']}"] = (json.dumps(content, sort_keys=True), sorted(helm))
     return out
 
 
@@ -149,8 +150,8 @@ def driven(
         tools.require("helm3")
         ns = f"r3-{os.urandom(3).hex()}"
         cluster.kubectl("create", "namespace", ns)
+        (tmp_path / "op").mkdir()
         op = OperatorProcess(cluster, tools.helm3, tmp_path / "op", e2e_watches, [ns])
-        (tmp_path / "op").mkdir(exist_ok=True)
         op.start()
         try:
             yield op, Resources(cluster, ns), Helm(tools.helm3, cluster, tmp_path / "client")
