@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -184,7 +185,12 @@ class Helm:
         return str(self._cmd.client_version())
 
     async def _call(
-        self, values: Any, extra: Sequence[str], coro_factory: Any, abort: asyncio.Event | None = None
+        self,
+        values: Any,
+        extra: Sequence[str],
+        coro_factory: Any,
+        abort: asyncio.Event | None = None,
+        needles: Sequence[str] = (),
     ) -> Any:
         async with self._slots:
             with _with_args(extra):
@@ -192,7 +198,7 @@ class Helm:
             try:
                 try:
                     if abort is not None:
-                        await _until_done_or(task, abort)
+                        await _until_done_or(task, abort, needles)
                     return await asyncio.shield(task)
                 except asyncio.CancelledError:
                     # Shutting down: let helm finish its action rather than leave it pending-*.
@@ -257,7 +263,8 @@ class Helm:
             )
 
         try:
-            result: dict[str, Any] = await self._call(values, extra, go, abort)
+            needles = ("upgrade", name, "--namespace", namespace)
+            result: dict[str, Any] = await self._call(values, extra, go, abort, needles)
         except HelmError as exc:
             # The post-renderer refused objects; Helm 4 does not pass its stderr on, so it also
             # leaves its verdict in a file.
@@ -312,16 +319,58 @@ class Helm:
                 raise
 
 
-async def _until_done_or(task: asyncio.Future[Any], abort: asyncio.Event) -> None:
-    """Wait for ``task``; if ``abort`` is set first, cancel it (pyhelm3 sends helm SIGTERM, and helm
-    marks its release failed before it exits) and raise :class:`HelmAborted`."""
+def _helm_processes(argv_needles: Sequence[str]) -> list[int]:
+    """PIDs of helm processes started by this operator whose arguments contain all the needles.
+
+    pyhelm3 runs helm through ``sh -c``, and cancelling its task signals only that shell; helm
+    itself must be signalled to stop (it then marks its release failed and exits).
+    """
+    me, found = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if all(n in words for n in argv_needles) and _descends_from(int(entry.name), me):
+            found.append(int(entry.name))
+    return found
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(8):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after "(comm) state" is the ppid
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+async def _until_done_or(
+    task: asyncio.Future[Any], abort: asyncio.Event, needles: Sequence[str], grace: float = 30.0
+) -> None:
+    """Wait for ``task``; if ``abort`` is set first, send its helm SIGTERM (helm marks the release
+    failed and exits), wait for that, and raise :class:`HelmAborted`."""
     stopper = asyncio.ensure_future(abort.wait())
     try:
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopper.cancel()
-    if not task.done():
+    if task.done():
+        return
+    for pid in await asyncio.to_thread(_helm_processes, needles):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    done, _ = await asyncio.wait({task}, timeout=grace)
+    if not done:
         task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
-        raise HelmAborted("stopped: the resource is being deleted")
+    with contextlib.suppress(BaseException):
+        await task
+    raise HelmAborted("stopped: the resource is being deleted")

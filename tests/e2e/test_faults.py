@@ -33,7 +33,7 @@ def tiny(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def releases(helm: Helm, ns: str) -> dict[str, dict[str, Any]]:
-    out = helm("list", "-a", "-n", ns, "-o", "json").stdout
+    out = helm("list", "--deployed", "--failed", "--pending", "--uninstalling", "-n", ns, "-o", "json").stdout
     return {r["name"]: r for r in json.loads(out)}
 
 
