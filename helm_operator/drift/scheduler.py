@@ -100,9 +100,11 @@ class DriftScheduler:
         self.debounce = debounce
         self.owners: dict[str, tuple[Watch, str | None, str]] = {}
         self._state: dict[str, bool] = {}  # owner -> a further check is due
+        self._loop: asyncio.AbstractEventLoop | None = None  # the operator's loop, seen by track()
 
     def track(self, watch: Watch, namespace: str | None, name: str) -> None:
         """A resource whose release is deployed: changes of its objects trigger checks."""
+        self._loop = asyncio.get_running_loop()
         self.owners[identify(watch, namespace, name).owner] = (watch, namespace, name)
 
     def forget(self, watch: Watch, namespace: str | None, name: str) -> None:
@@ -111,6 +113,11 @@ class DriftScheduler:
         self.owners.pop(owner, None)
         if self.checker.dependents is not None:
             self.checker.dependents.release(owner)
+
+    def poke_threadsafe(self, owner: str) -> None:
+        """``poke`` from another thread (the dependent watches run in threads)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.poke, owner)
 
     def poke(self, owner: str) -> None:
         if owner not in self.owners:

@@ -106,7 +106,8 @@ class App:
             )
         )
         self.reporter = Reporter(self.kube)
-        self.checker = DriftChecker(self.kube, self.reporter)
+        self.dependents = DependentWatches(self.kube, notify=self._dependent_changed)
+        self.checker = DriftChecker(self.kube, self.reporter, dependents=self.dependents)
         self.runtime = Runtime(
             helm=self.helm,
             kube=self.kube,
@@ -118,6 +119,10 @@ class App:
         self.drift = DriftScheduler(self.checker, self.runtime.concurrency)
         self.registry = kopf.OperatorRegistry()
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def _dependent_changed(self, owner: str) -> None:
+        """Called from a dependent watch's thread: hand the owner to the drift scheduler's loop."""
+        self.drift.poke_threadsafe(owner)
 
     def resolve_watches(self) -> list[Watch]:
         """Each watch with its plural and scope from API discovery; waits for missing CRDs, saying
@@ -158,9 +163,6 @@ class App:
         async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             configure(settings)
             loop = asyncio.get_running_loop()
-            self.checker.dependents = DependentWatches(
-                self.kube, lambda owner: loop.call_soon_threadsafe(drift.poke, owner)
-            )
             if self.settings.metrics_port:
                 prometheus_client.start_http_server(self.settings.metrics_port, addr="127.0.0.1")
             task = loop.create_task(sweep_terminating(runtime, watches, self.settings.namespaces, drift))
@@ -169,8 +171,7 @@ class App:
         @kopf.on.cleanup(registry=registry)
         def _cleanup(**_: Any) -> None:
             runtime.draining = True
-            if self.checker.dependents is not None:
-                self.checker.dependents.stop()
+            self.dependents.stop()
 
         for watch in watches:
             if watch.hooks:

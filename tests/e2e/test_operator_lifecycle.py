@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -129,14 +130,19 @@ def test_lifecycle_helm3(
     cluster.kubectl("create", "namespace", ns)
     op = OperatorProcess(cluster, tools.helm3, tmp_path, e2e_watches, [ns])
     op.start()
+    assert op.proc is not None
+    pid = op.proc.pid
     try:
         helm3 = Helm(tools.helm3, cluster, tmp_path / "client")
         assert helm3.major == 3
         lifecycle(op, Resources(cluster, ns), helm3, cluster, dedicated=True)
-        assert all("--labels" in c for c in op.helm_calls() if c.startswith("upgrade"))
+        upgrades = [c.split() for c in op.helm_calls() if c.startswith("upgrade")]
+        assert upgrades and all("--labels" in c and c.count("--history-max") == 1 for c in upgrades)
+        assert list(Path(tempfile.gettempdir()).glob(f"helm-operator-{pid}-*"))  # its post-renderer
     finally:
         op.stop()
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    assert list(Path(tempfile.gettempdir()).glob(f"helm-operator-{pid}-*")) == []  # removed on exit
 
 
 def test_schema_violation_stalls_without_helm_and_spares_others(

@@ -104,6 +104,8 @@ def test_public_style_chart_shows_no_false_drift(
 ) -> None:
     res.apply(ksm("ksm"))
     res.wait_condition(KSM, "ksm", "Ready", timeout=120)  # served under the plural its CRD declares
+    listing = cluster.kubectl("get", KSM, "ksm", "-n", res.ns).stdout  # the CHART column as `helm list`
+    assert "realworld-1.2.3" in listing.splitlines()[1]
     docs = manifest(helm4, "ksm", res.ns)
     assert {d["kind"] for d in docs} >= {"Deployment", "Service", "HorizontalPodAutoscaler", "ClusterRole"}
     before = writes(cluster, docs, res.ns)

@@ -142,7 +142,7 @@ def test_sample_crs_show_readiness_in_kubectl_get(operator: OperatorProcess, res
     table = res.cluster.kubectl("get", "memcacheds.cache.example.com", "-n", res.ns).stdout
     header, row = table.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "READY", "REVISION", "CHART"]
-    assert row.split()[:4] == [cr["metadata"]["name"], "True", "1", "0.1.0"]
+    assert row.split()[:4] == [cr["metadata"]["name"], "True", "1", "memcached-0.1.0"]  # as `helm list`
 
 
 @pytest.mark.parametrize("chart", sorted(p.name for p in (REPO / "charts").iterdir()))

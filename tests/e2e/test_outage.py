@@ -1,0 +1,64 @@
+"""An API server outage: concise logs with backoff while it lasts, a line when it is back, and
+every resource served again after it.
+
+Stops the whole control plane for a while (kwokctl stop/start), so it runs last in the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
+
+from .operator import OperatorProcess, Resources
+
+KIND = "tinies.test.helm-operator.io"
+RESOURCES = 12
+OUTAGE = 40.0
+
+
+def test_an_api_server_outage_is_logged_concisely_and_survived(
+    cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, tmp_path: Path
+) -> None:
+    ns = f"z-outage-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    op = OperatorProcess(cluster, tools.helm, tmp_path, e2e_watches, [ns])
+    op.start()
+    res = Resources(cluster, ns)
+    try:
+        for i in range(RESOURCES):
+            res.apply(
+                {
+                    "apiVersion": "test.helm-operator.io/v1",
+                    "kind": "Tiny",
+                    "metadata": {"name": f"o{i}"},
+                    "spec": {},
+                }
+            )
+        for i in range(RESOURCES):
+            res.wait_condition(KIND, f"o{i}", "Ready", timeout=120)
+        before = len(op.log())
+        started = time.monotonic()
+        cluster.outage(OUTAGE)
+        back = time.monotonic()
+        during = op.log()[before:]
+        rate = len(during) / (back - started)
+        assert "Traceback" not in during, during[-3000:]
+        assert rate < 600, f"{rate:.0f} bytes/s of logs during the outage:\n{during[-3000:]}"
+        res.apply(
+            {
+                "apiVersion": "test.helm-operator.io/v1",
+                "kind": "Tiny",
+                "metadata": {"name": "after"},
+                "spec": {},
+            }
+        )
+        res.wait_condition(KIND, "after", "Ready", timeout=120)
+        assert "is back after" in op.log()[before:]
+        res.delete(KIND, "o0")  # the finalizer still works
+    finally:
+        op.stop()
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
