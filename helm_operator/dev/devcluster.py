@@ -104,7 +104,7 @@ class DevCluster:
     @classmethod
     def attach(cls, kubeconfig: str | Path, tools: Toolchain | None = None) -> DevCluster:
         """Use a cluster someone else runs (e.g. ``helm-operator dev up``); ``stop()`` leaves it alone."""
-        cluster = cls(Path(kubeconfig).resolve().parent.name, nodes=0, tools=tools)
+        cluster = cls("attached", nodes=0, tools=tools)
         cluster.kubeconfig = Path(kubeconfig).resolve()
         cluster.owned = False
         return cluster
@@ -177,15 +177,6 @@ class DevCluster:
             self._kwokctl("delete", "cluster", timeout=60, check=False)
         _kill_all(_pids_referencing(self.root))
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def outage(self, seconds: float, timeout: float = 120.0) -> None:
-        """Stop every component (API server, etcd, controllers) for ``seconds``, then start them
-        again and wait until the cluster is ready: an API server outage, for fault tests."""
-        self._kwokctl("stop", "cluster", timeout=60)
-        time.sleep(seconds)
-        started = time.monotonic()
-        self._kwokctl("start", "cluster", "--wait", f"{int(timeout)}s", timeout=timeout + 30)
-        self._wait_ready(deadline=started + timeout)
 
     def __enter__(self) -> DevCluster:
         return self.start()

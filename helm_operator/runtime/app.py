@@ -33,7 +33,7 @@ from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.dependents import DependentWatches
 from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
 from helm_operator.release.state import RetryPolicy
-from helm_operator.runtime.handlers import configure, register
+from helm_operator.runtime.handlers import OutageLogFilter, configure, register
 from helm_operator.runtime.reconcile import Runtime, finalize
 from helm_operator.runtime.sweeper import sweep_terminating
 
@@ -90,6 +90,11 @@ def _reap_workdirs(base: Path) -> None:
 class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # The kubernetes client's urllib3 logs every connection retry; our adapters say it once.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        outage = OutageLogFilter()
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(outage)
         self.kube_config = _kube_configuration(settings.kubeconfig)
         self.kube = Kube(client.ApiClient(self.kube_config))
         self.discovery = Discovery(self.kube.api)

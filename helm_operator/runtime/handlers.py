@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from helm_operator.release.status import status_patch
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.reconcile import Runtime, finalize, reconcile
 
+API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
+UNREACHABLE = "API server unreachable"
 KOPF_PREFIX = "kopf.helm-operator.io"  # kopf's own bookkeeping; never hides our user annotations
 _LEGACY = ("helm-operator.io/last-handled-configuration", "helm-operator.io/kopf-managed")
 
@@ -62,6 +65,31 @@ class DigestDiffBase(kopf.AnnotationsDiffBaseStorage):
         self._store_marker(prefix=self.prefix, patch=patch, body=body)
 
 
+class OutageLogFilter(logging.Filter):
+    """While the API server is away every watch stream and every handler of every resource
+    retries; one line per ``every`` seconds says so (with how many were held back) instead of a
+    line per stream and resource, attempt after attempt."""
+
+    MARKERS = (UNREACHABLE, "failed; will retry:", "failed; TCP closed", "failed; SSL closed")
+
+    def __init__(self, every: float = 30.0) -> None:
+        super().__init__()
+        self.every, self.last, self.held = every, 0.0, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not any(m in message for m in self.MARKERS):
+            return True
+        now = time.monotonic()
+        if now - self.last < self.every:
+            self.held += 1
+            return False
+        if self.held:
+            record.msg = f"{record.msg} ({self.held} more such retries in the last {self.every:.0f}s)"
+        self.last, self.held = now, 0
+        return True
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
     """Operator-wide kopf settings: our finalizer, digest-only diff base, quiet Events."""
     settings.persistence.finalizer = FINALIZER
@@ -70,9 +98,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = 100  # our handlers post their own, precise Events (never kopf's)
     settings.watching.server_timeout = 300
     settings.batching.error_delays = [1, 2, 5, 10, 30]
-
-
-API_RETRY = 10.0  # seconds before a handler retries while the API server is unreachable
+    # Reconnect attempts while the API server is away: about 10 minutes before kopf gives up.
+    settings.networking.error_backoffs = [1, 2, 4, 8, 15, 30, 60, 60, 60, 60, 60, 60, 60, 60, 60]
 
 
 def _api_unreachable(exc: BaseException) -> bool:
@@ -82,7 +109,7 @@ def _api_unreachable(exc: BaseException) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _api_errors_as_retries() -> AsyncIterator[None]:
+async def _api_errors_as_retries(retry: int = 0) -> AsyncIterator[None]:
     """An API outage is one concise retry line per resource, not a traceback per handler call."""
     try:
         yield
@@ -90,7 +117,8 @@ async def _api_errors_as_retries() -> AsyncIterator[None]:
         if not _api_unreachable(exc):
             raise
         raise kopf.TemporaryError(
-            f"API server unreachable ({type(exc).__name__}); retrying", delay=API_RETRY
+            f"{UNREACHABLE} ({type(exc).__name__}); retrying",
+            delay=min(API_RETRY_CAP, API_RETRY * 2**retry),
         ) from None
 
 
@@ -105,8 +133,10 @@ class Handlers:
     def _ref(self, meta: kopf.Meta) -> ObjectRef:
         return ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace, meta.uid)
 
-    async def change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, **_: Any) -> None:
-        async with _api_errors_as_retries():
+    async def change(
+        self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, retry: int = 0, **_: Any
+    ) -> None:
+        async with _api_errors_as_retries(retry):
             await self._change(spec, status, meta)
 
     async def _change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> None:
@@ -144,10 +174,10 @@ class Handlers:
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
 
-    async def resync(self, meta: kopf.Meta, **kwargs: Any) -> None:
+    async def resync(self, meta: kopf.Meta, retry: int = 0, **_: Any) -> None:
         # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is being
         # deleted) that body is stale. Never install or upgrade for a resource that is going away.
-        async with _api_errors_as_retries():
+        async with _api_errors_as_retries(retry):
             ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
             fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
             if fresh is None or fresh["metadata"].get("deletionTimestamp"):
@@ -155,8 +185,8 @@ class Handlers:
             body = kopf.Body(cast(Any, fresh))
             await self._change(body.spec, body.status, body.meta)
 
-    async def delete(self, meta: kopf.Meta, **_: Any) -> None:
-        async with _api_errors_as_retries():
+    async def delete(self, meta: kopf.Meta, retry: int = 0, **_: Any) -> None:
+        async with _api_errors_as_retries(retry):
             await self._delete(meta)
 
     async def _delete(self, meta: kopf.Meta) -> None:

@@ -36,12 +36,16 @@ async def sweep_terminating(
     """
     if not patterns:
         return
+    failures = 0
     while True:
         try:
             await _sweep_once(runtime, watches, patterns, drift)
-        except Exception:
-            log.exception("sweep of terminating namespaces failed; trying again later")
-        await asyncio.sleep(SWEEP_INTERVAL)
+            failures = 0
+        except Exception as exc:  # the API server away, most likely: one line, then back off
+            failures += 1
+            if failures == 1:
+                log.warning("sweep of terminating namespaces failed (%s); backing off", type(exc).__name__)
+        await asyncio.sleep(min(SWEEP_INTERVAL * 2 ** max(failures - 1, 0), 120.0))
 
 
 async def _sweep_once(

@@ -42,8 +42,10 @@ class OperatorProcess:
         watches: Path,
         namespaces: list[str],
         extra_args: list[str] | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         self.cluster = cluster
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.workdir = workdir
         self.watches = watches
         self.namespaces = namespaces
@@ -70,7 +72,7 @@ class OperatorProcess:
             "--watches-file",
             str(self.watches),
             "--kubeconfig",
-            str(self.cluster.kubeconfig),
+            str(self.kubeconfig),
             "--helm",
             str(self.shim),
             *self.extra_args,

@@ -1,19 +1,24 @@
 """An API server outage: concise logs with backoff while it lasts, a line when it is back, and
 every resource served again after it.
 
-Stops the whole control plane for a while (kwokctl stop/start), so it runs last in the suite.
+The operator reaches the API server through a loopback forwarder that the test cuts for a while:
+every connection reset, every new one refused, as that operator sees an outage.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from pathlib import Path
+
+import yaml
 
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
 from .operator import OperatorProcess, Resources
+from .proxy import Proxy
 
 KIND = "tinies.test.helm-operator.io"
 RESOURCES = 12
@@ -25,7 +30,12 @@ def test_an_api_server_outage_is_logged_concisely_and_survived(
 ) -> None:
     ns = f"z-outage-{os.urandom(2).hex()}"
     cluster.kubectl("create", "namespace", ns)
-    op = OperatorProcess(cluster, tools.helm, tmp_path, e2e_watches, [ns])
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = urllib.parse.urlsplit(config["clusters"][0]["cluster"]["server"])
+    proxy = Proxy((server.hostname or "127.0.0.1", server.port or 443))
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
+    op = OperatorProcess(cluster, tools.helm, tmp_path, e2e_watches, [ns], kubeconfig=tmp_path / "kubeconfig")
     op.start()
     res = Resources(cluster, ns)
     try:
@@ -42,7 +52,9 @@ def test_an_api_server_outage_is_logged_concisely_and_survived(
             res.wait_condition(KIND, f"o{i}", "Ready", timeout=120)
         before = len(op.log())
         started = time.monotonic()
-        cluster.outage(OUTAGE)
+        proxy.down()
+        time.sleep(OUTAGE)
+        proxy.up()
         back = time.monotonic()
         during = op.log()[before:]
         rate = len(during) / (back - started)

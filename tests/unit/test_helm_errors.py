@@ -48,3 +48,22 @@ def test_tenant_violations_and_oversized_records() -> None:
         "data: Too long: must have at most 1048576 bytes"
     )
     assert classify(big) == "ReleaseTooLarge" and "ReleaseTooLarge" in PERMANENT_REASONS
+
+
+def test_outage_retries_are_logged_once_per_period() -> None:
+    import logging
+
+    from helm_operator.runtime.handlers import OutageLogFilter
+
+    f = OutageLogFilter(every=60)
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", logging.ERROR, "", 0, msg, None, None)
+
+    unreachable = "Timer 'x' failed temporarily: API server unreachable (MaxRetryError); retrying"
+    assert f.filter(record(unreachable))
+    assert not any(f.filter(record(unreachable)) for _ in range(40))
+    assert f.filter(record("Handler 'x' failed temporarily: something else"))
+    f.last -= 61
+    again = record(unreachable)
+    assert f.filter(again) and "(40 more such retries in the last 60s)" in again.getMessage()
