@@ -17,73 +17,79 @@ from helm_operator.config.watches import WatchesError, load_watches
 EXIT_CONFIG = 2
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+class _Refused(Exception):
+    """A start-up problem already reported on stderr; carries the exit code."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def _kubeconfig(explicit: str | None) -> str | None:
+    """--kubeconfig, else $KUBECONFIG, else ~/.kube/config outside a cluster; None: in-cluster."""
+    kubeconfig = explicit or os.environ.get("KUBECONFIG")
+    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        default = Path.home() / ".kube/config"
+        kubeconfig = str(default) if default.is_file() else None
+    return kubeconfig
+
+
+def _app(args: argparse.Namespace, **settings: Any) -> Any:
+    """The application for the watches file and connection flags shared by ``run`` and ``finalize``."""
     from kubernetes import config
 
-    from helm_operator.release.state import RetryPolicy
     from helm_operator.runtime.app import App, Settings
 
     try:
         watches = load_watches(args.watches_file)
     except WatchesError as exc:
         print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        raise _Refused(EXIT_CONFIG) from None
+    helm = args.helm or os.environ.get("HELM_OPERATOR_HELM") or "helm"
+    try:
+        return App(Settings(watches=watches, kubeconfig=_kubeconfig(args.kubeconfig), helm=helm, **settings))
+    except config.ConfigException as exc:
+        print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
+        raise _Refused(1) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from helm_operator.release.state import RetryPolicy
+
     namespaces = [
         n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
     ]
-    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
-    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        default = Path.home() / ".kube/config"
-        kubeconfig = str(default) if default.is_file() else None
-    settings = Settings(
-        watches=watches,
-        namespaces=namespaces,
-        kubeconfig=kubeconfig,
-        helm=args.helm or os.environ.get("HELM_OPERATOR_HELM") or "helm",
-        max_helm_processes=args.max_helm_processes,
-        retry=RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries),
-        chart_cache=Path(args.chart_cache),
-        metrics_port=args.metrics_port,
-    )
     try:
-        app = App(settings)
-    except config.ConfigException as exc:
-        print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
-        return 1
+        app = _app(
+            args,
+            namespaces=namespaces,
+            max_helm_processes=args.max_helm_processes,
+            retry=RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries),
+            chart_cache=Path(args.chart_cache),
+            metrics_port=args.metrics_port,
+        )
+    except _Refused as exc:
+        return exc.code
     try:
-        return app.run()
-    except WatchesError as exc:
+        rc: int = app.run()
+    except WatchesError as exc:  # the file contradicts what the API server serves
         print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    return rc
 
 
 def cmd_finalize(args: argparse.Namespace) -> int:
     """Finish the deletion of a resource when no operator runs: uninstall, then drop the finalizer."""
-    from kubernetes import config
-
-    from helm_operator.runtime.app import App, Settings
-
     try:
-        watches = load_watches(args.watches_file)
-    except WatchesError as exc:
-        print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
-    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubeconfig = str(Path.home() / ".kube/config")
-    helm = args.helm or os.environ.get("HELM_OPERATOR_HELM") or "helm"
+        app = _app(args)
+    except _Refused as exc:
+        return exc.code
     try:
-        app = App(Settings(watches=watches, kubeconfig=kubeconfig, helm=helm))
         print(app.release_stuck(args.kind, args.name, args.namespace))
-    except config.ConfigException as exc:
-        print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
-        return 1
     except (ValueError, RuntimeError) as exc:
         print(f"helm-operator: {exc}", file=sys.stderr)
         return 1
     finally:
-        if "app" in locals():
-            app.close()
+        app.close()
     return 0
 
 

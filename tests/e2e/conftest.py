@@ -7,6 +7,7 @@ every e2e test errors with the reason: nothing is skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -73,6 +74,23 @@ class Helm:
     def major(self) -> int:
         out = self("version", "--short").stdout.strip()
         return int(out.lstrip("v").split(".")[0])
+
+
+def releases(helm: Helm, ns: str) -> dict[str, dict[str, Any]]:
+    """The releases of a namespace in any state but uninstalled, by name (`helm list`)."""
+    flags = ("--deployed", "--failed", "--pending", "--uninstalling", "--superseded")
+    out = helm("list", *flags, "-n", ns, "-o", "json").stdout
+    return {r["name"]: r for r in json.loads(out)}
+
+
+def tiny(name: str, **spec: Any) -> dict[str, Any]:
+    """A resource of the test kind Tiny (tests/e2e/charts/tiny)."""
+    return {
+        "apiVersion": "test.helm-operator.io/v1",
+        "kind": "Tiny",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 @pytest.fixture(params=["helm", "helm3"], ids=["helm4", "helm3"])
@@ -172,3 +190,33 @@ def operator(
 @pytest.fixture
 def res(cluster: DevCluster, namespace: str) -> Resources:
     return Resources(cluster, namespace)
+
+
+@pytest.fixture(params=["helm4", "helm3"])
+def driven(
+    request: pytest.FixtureRequest,
+    cluster: DevCluster,
+    crds: None,
+    tools: Toolchain,
+    e2e_watches: Path,
+    tmp_path: Path,
+) -> Iterator[tuple[OperatorProcess, Resources, Helm]]:
+    """A fresh namespace served by the session operator (helm v4), or by a dedicated operator that
+    drives helm v3; with a helm client of the same major."""
+    if request.param == "helm4":
+        op = request.getfixturevalue("operator")
+        ns = f"t-driven-{os.urandom(3).hex()}"
+        cluster.kubectl("create", "namespace", ns)
+        yield op, Resources(cluster, ns), Helm(tools.helm, cluster, tmp_path / "client")
+    else:
+        tools.require("helm3")
+        ns = f"r3-{os.urandom(3).hex()}"
+        cluster.kubectl("create", "namespace", ns)
+        (tmp_path / "op").mkdir()
+        op = OperatorProcess(cluster, tools.helm3, tmp_path / "op", e2e_watches, [ns])
+        op.start()
+        try:
+            yield op, Resources(cluster, ns), Helm(tools.helm3, cluster, tmp_path / "client")
+        finally:
+            op.stop()
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

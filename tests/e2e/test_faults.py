@@ -7,34 +7,18 @@ import base64
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
-from .conftest import Helm
+from .conftest import Helm, releases, tiny
 from .operator import REPO, OperatorProcess, Resources, eventually
 
 KIND = "tinies.test.helm-operator.io"
 NGINX = "nginxes.example.com"
-
-
-def tiny(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "test.helm-operator.io/v1",
-        "kind": "Tiny",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def releases(helm: Helm, ns: str) -> dict[str, dict[str, Any]]:
-    out = helm("list", "--deployed", "--failed", "--pending", "--uninstalling", "-n", ns, "-o", "json").stdout
-    return {r["name"]: r for r in json.loads(out)}
 
 
 @pytest.fixture
@@ -72,36 +56,10 @@ def test_large_specs_keep_status_changes_and_deletion_working(
     assert not res.exists(KIND, name) and time.monotonic() - start < 60
 
 
-@pytest.fixture(params=["helm4", "helm3"])
-def driver(
-    request: pytest.FixtureRequest,
-    operator: OperatorProcess,
-    cluster: DevCluster,
-    crds: None,
-    tools: Toolchain,
-    e2e_watches: Path,
-    tmp_path: Path,
-) -> Iterator[tuple[OperatorProcess, Resources]]:
-    if request.param == "helm4":
-        ns = f"t-render4-{os.urandom(2).hex()}"
-        cluster.kubectl("create", "namespace", ns)
-        yield operator, Resources(cluster, ns)
-    else:
-        tools.require("helm3")
-        ns = f"r3-{os.urandom(3).hex()}"
-        cluster.kubectl("create", "namespace", ns)
-        (tmp_path / "op").mkdir()
-        op = OperatorProcess(cluster, tools.helm3, tmp_path / "op", e2e_watches, [ns])
-        op.start()
-        try:
-            yield op, Resources(cluster, ns)
-        finally:
-            op.stop()
-    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-
-
-def test_render_errors_stall_at_once_under_both_majors(driver: tuple[OperatorProcess, Resources]) -> None:
-    op, res = driver
+def test_render_errors_stall_at_once_under_both_majors(
+    driven: tuple[OperatorProcess, Resources, Helm],
+) -> None:
+    op, res, _ = driven
     res.apply(tiny("nilptr", brokenRender=True))
     stalled = res.wait_condition(KIND, "nilptr", "Stalled", timeout=60)
     assert stalled["reason"] == "RenderFailed" and "deeper" in stalled["message"]

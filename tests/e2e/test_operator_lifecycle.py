@@ -16,28 +16,10 @@ from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
-from .conftest import Helm
+from .conftest import Helm, releases, tiny
 from .operator import OperatorProcess, Resources, eventually
 
 KIND = "tinies.test.helm-operator.io"
-
-
-def tiny(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "test.helm-operator.io/v1",
-        "kind": "Tiny",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def releases(helm: Helm, ns: str) -> dict[str, dict[str, Any]]:
-    return {
-        r["name"]: r
-        for r in json.loads(
-            helm("list", "--deployed", "--failed", "--pending", "-n", ns, "-o", "json").stdout
-        )
-    }
 
 
 def history(helm: Helm, name: str, ns: str) -> list[dict[str, Any]]:

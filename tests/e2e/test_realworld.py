@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,35 +130,6 @@ def test_public_style_chart_shows_no_false_drift(
     )
     eventually(lambda: res.get("configmap", cm)["data"]["logLevel"] == "debug", timeout=20, what="correction")
     assert any("ConfigMap/ksm-realworld /data/logLevel" in e for e in drift_events(res, "ksm"))
-
-
-@pytest.fixture(params=["helm4", "helm3"])
-def driven(
-    request: pytest.FixtureRequest,
-    operator: OperatorProcess,
-    cluster: DevCluster,
-    crds: None,
-    tools: Toolchain,
-    e2e_watches: Path,
-    tmp_path: Path,
-) -> Iterator[tuple[OperatorProcess, Resources, Helm]]:
-    """The session operator (helm v4) or a dedicated one driving helm v3."""
-    if request.param == "helm4":
-        ns = f"t-leak4-{os.urandom(2).hex()}"
-        cluster.kubectl("create", "namespace", ns)
-        yield operator, Resources(cluster, ns), Helm(tools.helm, cluster, tmp_path / "client")
-    else:
-        tools.require("helm3")
-        ns = f"r3-{os.urandom(3).hex()}"
-        cluster.kubectl("create", "namespace", ns)
-        (tmp_path / "op").mkdir()
-        op = OperatorProcess(cluster, tools.helm3, tmp_path / "op", e2e_watches, [ns])
-        op.start()
-        try:
-            yield op, Resources(cluster, ns), Helm(tools.helm3, cluster, tmp_path / "client")
-        finally:
-            op.stop()
-    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def test_objects_recreated_by_drift_correction_do_not_leak(
