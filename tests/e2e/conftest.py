@@ -183,6 +183,14 @@ def operator(
     tools.require("helm")
     op = OperatorProcess(cluster, tools.helm, tmp_path_factory.mktemp("operator"), e2e_watches, ["t-*"])
     op.start()
+    # Serving, not only started: one resource end to end before the first test counts seconds.
+    warmup = f"t-warmup-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", warmup)
+    res = Resources(cluster, warmup)
+    res.apply(tiny("warmup"))
+    res.wait_condition("tinies.test.helm-operator.io", "warmup", "Ready", timeout=180)
+    res.delete("tinies.test.helm-operator.io", "warmup")
+    cluster.kubectl("delete", "namespace", warmup, "--wait=false", check=False)
     yield op
     op.stop()
 

@@ -112,14 +112,15 @@ def test_lifecycle_helm3(
     cluster.kubectl("create", "namespace", ns)
     op = OperatorProcess(cluster, tools.helm3, tmp_path, e2e_watches, [ns])
     op.start()
-    assert op.proc is not None
-    pid = op.proc.pid
+    pid = -1
     try:
         helm3 = Helm(tools.helm3, cluster, tmp_path / "client")
         assert helm3.major == 3
         lifecycle(op, Resources(cluster, ns), helm3, cluster, dedicated=True)
         upgrades = [c.split() for c in op.helm_calls() if c.startswith("upgrade")]
         assert upgrades and all("--labels" in c and c.count("--history-max") == 1 for c in upgrades)
+        assert op.proc is not None
+        pid = op.proc.pid  # after the restart inside lifecycle()
         assert list(Path(tempfile.gettempdir()).glob(f"helm-operator-{pid}-*"))  # its post-renderer
     finally:
         op.stop()
