@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections import OrderedDict
 from typing import Any
 
 from kubernetes import client
@@ -39,13 +40,32 @@ def _secrets(api: client.CoreV1Api, name: str, namespace: str) -> list[Any]:
     return sorted(items, key=lambda s: int(s.metadata.labels.get("version", "0")))
 
 
+_DECODED: OrderedDict[tuple[str, str, str], dict[str, Any]] = OrderedDict()
+_DECODED_MAX = 256
+
+
+def _decoded(namespace: str, secret: Any) -> dict[str, Any]:
+    """The decoded body of a release Secret, decoded once per resourceVersion (a drift check reads
+    the latest revision every time; decoding its chart and manifest dominated the check)."""
+    key = (namespace, str(secret.metadata.name), str(getattr(secret.metadata, "resource_version", "")))
+    if key[2] and key in _DECODED:
+        _DECODED.move_to_end(key)
+        return _DECODED[key]
+    body = decode_release(secret.data["release"])
+    if key[2]:
+        _DECODED[key] = body
+        while len(_DECODED) > _DECODED_MAX:
+            _DECODED.popitem(last=False)
+    return body
+
+
 def latest_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | None:
     secrets = _secrets(api, name, namespace)
     if not secrets:
         return None
     latest = secrets[-1]
     labels = latest.metadata.labels or {}
-    body = decode_release(latest.data["release"])
+    body = _decoded(namespace, latest)
     meta = (body.get("chart") or {}).get("metadata") or {}
     statuses = {(s.metadata.labels or {}).get("status") for s in secrets}
     return StoredRelease(

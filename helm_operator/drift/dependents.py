@@ -44,13 +44,13 @@ def signature(obj: Mapping[str, Any]) -> str:
             "generation": obj["metadata"]["generation"],
             "labels": meta.get("labels"),
             "annotations": meta.get("annotations"),
-            "unready": why_unready(obj),
+            "ready": why_unready(obj) is None,
         }
     else:
         body = {k: v for k, v in obj.items() if k != "status"}
         body["metadata"] = meta
         if obj.get("kind") in WORKLOAD_KINDS:  # a PersistentVolumeClaim binding
-            body["unready"] = why_unready(obj)
+            body["ready"] = why_unready(obj) is None
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -1,0 +1,210 @@
+"""prepare → decide → act → report, end to end in memory: small fakes of helm, of Helm's storage
+(release Secrets as Helm writes them, so the real decoding and unlocking run) and of the status
+writer. The e2e tests remain the truth for helm and the API server themselves."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from helm_operator.adapters.helm import HelmError
+from helm_operator.adapters.storage import decode_release, encode_release
+from helm_operator.config.charts import ChartRef
+from helm_operator.config.watches import Watch
+from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
+from helm_operator.release.state import RetryPolicy
+from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.reconcile import Runtime, reconcile
+
+TINY = Path(__file__).resolve().parents[1] / "e2e/charts/tiny"
+CHART = ChartRef(str(TINY), TINY)
+WATCH = Watch("test.helm-operator.io", "v1", "Tiny", CHART, "tinies", "Namespaced")
+
+
+@dataclass
+class Revision:
+    number: int
+    status: str
+    digest: str
+    owner: str
+    description: str = ""
+
+
+class Storage:
+    """Helm's release Secrets of one namespace, served like the API server serves them."""
+
+    def __init__(self) -> None:
+        self.revisions: list[Revision] = []
+
+    def list_namespaced_secret(self, namespace: str, label_selector: str) -> Any:
+        items = []
+        for r in self.revisions:
+            body = {
+                "info": {"status": r.status, "description": r.description},
+                "chart": {"metadata": {"name": "tiny", "version": "0.1.0"}},
+                "manifest": "",
+            }
+            labels = {
+                "version": str(r.number),
+                "status": r.status,
+                OWNER_LABEL: r.owner,
+                DIGEST_LABEL: r.digest,
+            }
+            items.append(
+                SimpleNamespace(
+                    metadata=SimpleNamespace(labels=labels, name=f"sh.helm.release.v1.t.v{r.number}"),
+                    data={"release": encode_release(body)},
+                )
+            )
+        return SimpleNamespace(items=items)
+
+    def replace_namespaced_secret(self, name: str, namespace: str, secret: Any) -> None:
+        number = int(name.rsplit(".v", 1)[1])
+        info = decode_release(secret.data["release"])["info"]
+        rev = next(r for r in self.revisions if r.number == number)
+        rev.status, rev.description = info["status"], info["description"]
+
+
+@dataclass
+class FakeHelm:
+    storage: Storage
+    fail: HelmError | None = None
+    calls: list[str] = field(default_factory=list)
+
+    async def install_or_upgrade(self, name: str, namespace: str, *a: Any, labels: Any, **kw: Any) -> None:
+        self.calls.append("upgrade")
+        for r in self.storage.revisions:
+            r.status = "superseded" if r.status == "deployed" else r.status
+        status = "failed" if self.fail else "deployed"
+        rev = Revision(len(self.storage.revisions) + 1, status, labels[DIGEST_LABEL], labels[OWNER_LABEL])
+        self.storage.revisions.append(rev)
+        if self.fail:
+            raise self.fail
+
+    async def rollback(self, *a: Any, **kw: Any) -> None:
+        """A new revision that redeploys the last good one, as `helm rollback` makes."""
+        self.calls.append("rollback")
+        good = next(r for r in reversed(self.storage.revisions) if r.status == "superseded")
+        self.storage.revisions.append(
+            Revision(len(self.storage.revisions) + 1, "deployed", good.digest, good.owner)
+        )
+
+    async def uninstall(self, *a: Any, **kw: Any) -> None:
+        self.calls.append("uninstall")
+        self.storage.revisions = []
+
+    async def pull(self, chart: Any) -> Path:
+        raise AssertionError("local charts are never pulled")
+
+
+class Reporter:
+    def __init__(self) -> None:
+        self.patches: list[dict[str, Any]] = []
+
+    async def status(self, ref: Any, plural: str, patch: Any) -> bool:
+        self.patches.append(dict(patch))
+        return True
+
+
+def runtime(helm: FakeHelm) -> Runtime:
+    kube: Any = SimpleNamespace(core=helm.storage, get_custom=lambda ref, plural: {"metadata": {}})
+    discovery: Any = SimpleNamespace(scopes=dict)
+    return Runtime(helm, kube, discovery, Reporter(), drift=None, retry=RetryPolicy(base=30, cap=60))  # type: ignore[arg-type]
+
+
+def cr(spec: dict[str, Any], status: dict[str, Any] | None = None, generation: int = 1) -> Resource:
+    return Resource(WATCH, "ns", "t", "uid-1", generation, spec, status or {}, {})
+
+
+def run(rt: Runtime, resource: Resource) -> Any:
+    return asyncio.run(reconcile(rt, resource))
+
+
+def test_install_then_nothing_to_do_without_a_helm_call() -> None:
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    first = run(rt, cr({"message": "hi"}))
+    assert (first.outcome.reason, helm.calls) == ("InstallSucceeded", ["upgrade"])
+    progress = rt.reporter.patches[0]["conditions"]  # type: ignore[attr-defined]
+    assert [(c["type"], c["status"], c["reason"]) for c in progress][:2] == [
+        ("Ready", "Unknown", "Installing"),
+        ("Reconciling", "True", "Installing"),
+    ]
+    again = run(rt, cr({"message": "hi"}))
+    assert (again.outcome.reason, helm.calls) == ("ReconciliationSucceeded", ["upgrade"])
+
+
+def test_an_interrupted_upgrade_is_unlocked_and_upgraded_once() -> None:
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    run(rt, cr({"message": "one"}))
+    helm.storage.revisions[-1].status = "superseded"
+    owner, old = helm.storage.revisions[-1].owner, helm.storage.revisions[-1].digest
+    helm.storage.revisions.append(Revision(2, "pending-upgrade", old + "x", owner))  # its writer was killed
+    result = run(rt, cr({"message": "two"}, generation=2))
+    assert [e[1] for e in result.events] == ["Unlocked", "UpgradeSucceeded"]
+    assert helm.calls == ["upgrade", "upgrade"]  # no rollback in between
+    assert [r.status for r in helm.storage.revisions] == ["superseded", "failed", "deployed"]
+
+
+def test_failures_back_off_then_give_up_keeping_the_reason() -> None:
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    run(rt, cr({"message": "one"}))
+    helm.fail = HelmError("HelmFailed", "the API server said no")
+    failed = run(rt, cr({"message": "two"}, generation=2))
+    assert (failed.outcome.reason, failed.retry_after, helm.calls[-2:]) == (
+        "UpgradeFailed",
+        30,
+        ["upgrade", "rollback"],
+    )
+    waiting = run(rt, cr({"message": "two"}, generation=2))  # too soon: backoff, no helm
+    assert (waiting.outcome.reason, helm.calls.count("upgrade")) == ("UpgradeFailed", 2)
+    assert waiting.outcome.phase == "progressing" and 0 < (waiting.retry_after or 0) <= 30
+    rt.attempts["ns/t"] = replace(rt.attempts["ns/t"], failures=5)  # max retries (5) reached
+    given_up = run(rt, cr({"message": "two"}, generation=2))
+    assert (given_up.outcome.phase, given_up.outcome.reason, helm.calls.count("upgrade")) == (
+        "stalled",
+        "RetriesExhausted",
+        2,
+    )
+
+
+def test_a_permanent_failure_is_announced_once() -> None:
+    helm = FakeHelm(Storage(), fail=HelmError("RenderFailed", "tiny/templates/x.yaml:1: nil pointer"))
+    rt = runtime(helm)
+    first = run(rt, cr({"message": "x"}))
+    assert (first.outcome.phase, first.outcome.reason) == ("stalled", "RenderFailed")
+    status = {
+        "conditions": [
+            {"type": "Stalled", "status": "True", "reason": "RenderFailed", "message": first.outcome.message}
+        ],
+        "lastAttempt": {
+            "digest": first.attempts.digest,
+            "failures": 1,
+            "permanent": True,
+            "reason": "RenderFailed",
+            "time": "2026-01-01T00:00:00Z",
+        },
+    }
+    again = run(rt, cr({"message": "x"}, status))
+    assert (again.outcome.reason, again.events, helm.calls) == ("RenderFailed", (), ["upgrade"])
+
+
+def test_invalid_values_and_draining_never_reach_helm() -> None:
+    memcached = Path(__file__).resolve().parents[2] / "charts/memcached"  # ships values.schema.json
+    watch = Watch(
+        "cache.example.com", "v1alpha1", "Memcached", ChartRef(str(memcached), memcached), "memcacheds"
+    )
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    bad = run(rt, Resource(watch, "ns", "m", "uid", 1, {"size": "three"}, {}, {}))
+    assert (bad.outcome.phase, bad.outcome.reason, helm.calls) == ("stalled", "InvalidValues", [])
+    assert "spec.size: 'three' is not of type 'integer'" in bad.outcome.message
+    rt = runtime(FakeHelm(Storage()))
+    rt.draining = True
+    draining = run(rt, cr({}))
+    assert (draining.outcome.reason, rt.helm.calls) == ("ShuttingDown", [])  # type: ignore[attr-defined]
