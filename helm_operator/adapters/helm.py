@@ -181,9 +181,6 @@ class Helm:
     def invocations(self) -> int:
         return int(self._cmd.invocations)
 
-    def version(self) -> str:
-        return str(self._cmd.client_version())
-
     async def _call(
         self,
         values: Any,

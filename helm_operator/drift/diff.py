@@ -43,8 +43,6 @@ LIST_KEYS: dict[str, tuple[str, ...]] = {
 # `ports` are keyed differently by owner: containers by containerPort, Services by port.
 PORT_KEYS = (("containerPort", "protocol"), ("port", "protocol"))
 
-HPA_REPLICAS_RULE = "spec.replicas of a workload targeted by a HorizontalPodAutoscaler"
-
 # What changes on every write or belongs to the server: never compared.
 _VOLATILE_METADATA = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "uid")
 
