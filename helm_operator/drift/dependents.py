@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 Kind = tuple[str, str]  # (apiVersion, kind)
 SELECTOR = OWNER_LABEL  # "the label exists": every object any release of this operator created
-RETRY_BASE, RETRY_CAP = 1.0, 30.0  # seconds between attempts while the API server is unreachable
+RETRY_BASE, RETRY_CAP = 1.0, 15.0  # seconds between attempts while the API server is unreachable
 
 
 def signature(obj: Mapping[str, Any]) -> str:
