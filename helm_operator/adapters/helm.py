@@ -59,7 +59,6 @@ _RENDER_MARKERS = (
     "execution error",
     "failed to render chart",
     "error converting yaml to json",
-    "unable to build kubernetes objects from release manifest",
     "error validating data",
     "yaml: line",
 )
@@ -73,6 +72,8 @@ def classify(text: str, exc: errors.Error | None = None) -> str:
             return reason
     if "too long: must have at most 1048576 bytes" in low or "request entity too large" in low:
         return "ReleaseTooLarge"
+    if "no matches for kind" in low or "resource mapping not found" in low:
+        return "KindNotServed"  # e.g. a CRD another release installs: may appear, so retried
     rendered = any(m in low for m in _RENDER_MARKERS) or _TEMPLATE_POSITION.search(text)
     if isinstance(exc, errors.FailedToRenderChartError) or rendered:
         return "RenderFailed"

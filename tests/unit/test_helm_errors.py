@@ -19,6 +19,14 @@ RENDER_FAILURES = [
 ]
 
 
+def test_a_kind_the_server_does_not_serve_yet_is_retried() -> None:
+    text = (
+        'unable to build kubernetes objects from release manifest: resource mapping not found for name: "x" '
+        'namespace: "" from "c/templates/x.yaml": no matches for kind "Foo" in version "example.com/v1"'
+    )
+    assert classify(text) == "KindNotServed" and "KindNotServed" not in PERMANENT_REASONS
+
+
 @pytest.mark.parametrize("text", RENDER_FAILURES)
 def test_render_failures_are_permanent_under_both_majors(text: str) -> None:
     assert classify(text) == "RenderFailed"
