@@ -59,6 +59,12 @@ def _permanent(exc: HelmError, action: str, t: Target) -> Outcome:
     return Outcome("stalled", exc.reason, exc.message, action=action, digest=t.digest, permanent=True)
 
 
+def _succeeded(action: str, reason: str, done: str, rel: StoredRelease | None, t: Target) -> Outcome:
+    return Outcome(
+        "ready", reason, f"{done} {rel.revision if rel else '?'}", action=action, release=rel, digest=t.digest
+    )
+
+
 def _aborted(action: str, t: Target) -> Outcome:
     return Outcome(
         "progressing", "Cancelled", f"{action} stopped: the resource is being deleted", digest=t.digest
@@ -91,14 +97,7 @@ async def install(ctx: ActionContext) -> Outcome:
             remediation=cleanup,
             release=await read(ctx.kube, t),
         )
-    return Outcome(
-        "ready",
-        "InstallSucceeded",
-        f"installed revision {rel.revision if rel else '?'}",
-        action="install",
-        release=rel,
-        digest=t.digest,
-    )
+    return _succeeded("install", "InstallSucceeded", "installed revision", rel, t)
 
 
 async def upgrade(ctx: ActionContext) -> Outcome:
@@ -122,14 +121,7 @@ async def upgrade(ctx: ActionContext) -> Outcome:
             remediation=remediation,
             release=await read(ctx.kube, t),
         )
-    return Outcome(
-        "ready",
-        "UpgradeSucceeded",
-        f"upgraded to revision {rel.revision if rel else '?'}",
-        action="upgrade",
-        release=rel,
-        digest=t.digest,
-    )
+    return _succeeded("upgrade", "UpgradeSucceeded", "upgraded to revision", rel, t)
 
 
 async def _rollback(ctx: ActionContext) -> Remediation:

@@ -83,14 +83,14 @@ def releases(helm: Helm, ns: str) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in json.loads(out)}
 
 
+def custom(api_version: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A custom resource as users write it."""
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
 def tiny(name: str, **spec: Any) -> dict[str, Any]:
     """A resource of the test kind Tiny (tests/e2e/charts/tiny)."""
-    return {
-        "apiVersion": "test.helm-operator.io/v1",
-        "kind": "Tiny",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    return custom("test.helm-operator.io/v1", "Tiny", name, spec)
 
 
 @pytest.fixture(params=["helm", "helm3"], ids=["helm4", "helm3"])

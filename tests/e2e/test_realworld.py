@@ -23,7 +23,7 @@ from helm_operator.core.naming import OWNER_LABEL, owner_id
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
-from .conftest import Helm
+from .conftest import Helm, custom
 from .operator import OperatorProcess, Resources, eventually
 
 KSM = "kubestatemetrics.monitoring.test.helm-operator.io"
@@ -32,21 +32,11 @@ HELM_ANNOTATIONS = ("meta.helm.sh/release-name", "meta.helm.sh/release-namespace
 
 
 def ksm(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "monitoring.test.helm-operator.io/v1",
-        "kind": "KubeStateMetrics",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    return custom("monitoring.test.helm-operator.io/v1", "KubeStateMetrics", name, spec)
 
 
 def tenant_app(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "test.helm-operator.io/v1",
-        "kind": "TenantApp",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    return custom("test.helm-operator.io/v1", "TenantApp", name, spec)
 
 
 @pytest.fixture
