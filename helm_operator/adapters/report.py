@@ -1,6 +1,6 @@
 """One way to write a resource's status and Events, whoever triggered the work.
 
-kopf handlers, dependent-watch drift checks and (later) hooks all report through ``Reporter``:
+kopf handlers, dependent-watch drift checks and day-2 hooks all report through ``Reporter``:
 a merge patch of ``.status`` through the status subresource and a core/v1 Event, each done in a
 thread (the kubernetes client is synchronous). Messages are expected to be masked already.
 """

@@ -45,8 +45,18 @@ def _app(args: argparse.Namespace, **settings: Any) -> Any:
         print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
         raise _Refused(EXIT_CONFIG) from None
     helm = args.helm or os.environ.get("HELM_OPERATOR_HELM") or "helm"
+    from helm_operator.hooks.errors import HookLoadError
+    from helm_operator.hooks.loader import load_all
+
+    named = [(w.key, w.hooks) for w in watches if w.hooks]
     try:
-        return App(Settings(watches=watches, kubeconfig=_kubeconfig(args.kubeconfig), helm=helm, **settings))
+        hooks = load_all(named, Path(args.watches_file).resolve().parent)
+    except HookLoadError as exc:
+        print(f"helm-operator: invalid hooks: {exc}", file=sys.stderr)
+        raise _Refused(EXIT_CONFIG) from None
+    try:
+        kubeconfig = _kubeconfig(args.kubeconfig)
+        return App(Settings(watches=watches, kubeconfig=kubeconfig, helm=helm, hooks=hooks, **settings))
     except config.ConfigException as exc:
         print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
         raise _Refused(1) from None

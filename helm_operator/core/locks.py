@@ -1,8 +1,8 @@
 """One writer per release, and a bounded number of reconciles per kind.
 
-Every Helm action, drift check and (later) day-2 hook of a release takes the release's lock, and
-the slot of its kind (``maxConcurrentReconciles``), so nothing ever acts on a release twice at once
-and drift checks count against the same limit as reconciles.
+Every Helm action, drift check and day-2 hook of a release takes the release's lock, so nothing
+ever acts on a release twice at once. Actions and drift checks also take a slot of their kind
+(``maxConcurrentReconciles``); hooks, which may wait minutes for a backup Job, do not.
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ class Concurrency:
 
     @contextlib.asynccontextmanager
     async def release(self, kind_key: str, release_key: str) -> AsyncIterator[None]:
-        """The kind's slot, then the release's lock."""
-        async with self.slot(kind_key), self._locks[release_key]:
+        """The release's lock, then the kind's slot: waiting for a busy release (a long backup
+        hook) never holds a slot other resources of the kind could use."""
+        async with self._locks[release_key], self.slot(kind_key):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def lock(self, release_key: str) -> AsyncIterator[None]:
+        """The release's lock alone: day-2 hooks, which may run for long, take no slot."""
+        async with self._locks[release_key]:
             yield

@@ -36,3 +36,8 @@ def release_name(cr_name: str) -> str:
     cleaned = re.sub(r"[^a-z0-9-]+", "-", cr_name.lower()).strip("-")
     head = cleaned[: MAX_RELEASE_NAME - len(suffix) - 1].rstrip("-")
     return f"{head}-{suffix}" if head else f"r-{suffix}"
+
+
+ACTION_ANNOTATION = "helm-operator.io/action"  # "<verb>[=<argument>]": run a day-2 action once
+FORCE_UNINSTALL_ANNOTATION = "helm-operator.io/force-uninstall"  # "true": uninstall despite failing hooks
+DAY2_LABEL = "helm-operator.io/day2-of"  # on objects day-2 hooks create (backup Jobs): the owner id

@@ -49,11 +49,24 @@ class DriftChecker:
     reporter: Reporter
     memory: InSyncMemory = field(default_factory=InSyncMemory)
     dependents: DependentWatches | None = None
+    # owner -> why a day-2 hook paused drift correction (None: not paused); seeded from status.
+    paused: dict[str, str | None] = field(default_factory=dict)
+
+    def pause(self, owner: str, why: str | None) -> None:
+        self.paused[owner] = why
+
+    def seed_paused(self, owner: str, day2: Mapping[str, Any] | None) -> None:
+        """What ``status.day2.driftPaused`` says, unless a hook of this process already decided."""
+        if owner not in self.paused:
+            self.paused[owner] = (day2 or {}).get("driftPaused") or None
 
     async def check(
         self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str], announce: Announce | None
     ) -> DriftReport | None:
-        """Check (and correct) one release; the caller holds its lock. None: nothing deployed of ours."""
+        """Check (and correct) one release; the caller holds its lock. None: nothing deployed of
+        ours, or a day-2 hook paused drift correction (a restore, a failover)."""
+        if self.paused.get(ident.owner):
+            return None
         release = await asyncio.to_thread(storage.latest_release, self.kube.core, ident.name, ident.namespace)
         if release is None or release.status != "deployed" or release.owner != ident.owner:
             return None
@@ -159,6 +172,7 @@ class DriftScheduler:
             ref = ObjectRef(watch.api_version, watch.kind, name, namespace, body["metadata"]["uid"])
             generation = int(body["metadata"].get("generation") or 0)
             current = (body.get("status") or {}).get("conditions", [])
+            self.checker.seed_paused(ident.owner, (body.get("status") or {}).get("day2"))
             annotations = body["metadata"].get("annotations") or {}
             announce = self.checker.announcer(watch, ref, current, generation)
             report = await self.checker.check(watch, ident, annotations, announce)

@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,12 @@ from helm_operator.adapters.helm import Helm, HelmSettings
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch, resolve
+from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.dependents import DependentWatches
 from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
+from helm_operator.hooks.day2 import Day2
+from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register
 from helm_operator.runtime.reconcile import Runtime, finalize
@@ -53,6 +56,7 @@ class Settings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     chart_cache: Path = Path.home() / ".cache/helm-operator/charts"
     metrics_port: int = 0
+    hooks: Mapping[str, Hooks] = field(default_factory=dict)  # watch key -> its loaded hook module
 
 
 def _kube_configuration(kubeconfig: str | None) -> client.Configuration:
@@ -113,13 +117,19 @@ class App:
         self.reporter = Reporter(self.kube)
         self.dependents = DependentWatches(self.kube, notify=self._dependent_changed)
         self.checker = DriftChecker(self.kube, self.reporter, dependents=self.dependents)
+        concurrency = Concurrency()
+        day2 = None
+        if settings.hooks:
+            day2 = Day2(settings.hooks, self.kube, self.reporter, concurrency, pause=self.checker.pause)
         self.runtime = Runtime(
             helm=self.helm,
             kube=self.kube,
             discovery=self.discovery,
             reporter=self.reporter,
             drift=self.checker,
+            concurrency=concurrency,
             retry=settings.retry,
+            day2=day2,
         )
         self.drift = DriftScheduler(self.checker, self.runtime.concurrency)
         self.registry = kopf.OperatorRegistry()
@@ -179,10 +189,6 @@ class App:
             self.dependents.stop()
 
         for watch in watches:
-            if watch.hooks:
-                log.warning(
-                    "%s: hooks module %s is accepted but day-2 hooks do not run yet", watch.kind, watch.hooks
-                )
             register(watch, runtime, registry, drift)
             log.info(
                 "watching %s (%s, %s) -> chart %s",
@@ -206,7 +212,7 @@ class App:
         body = self.kube.get_custom(ref, watch.served_plural)
         if body is None:
             raise ValueError(f"{watch.kind} {name} not found" + (f" in namespace {ns}" if ns else ""))
-        message = asyncio.run(finalize(self.runtime, watch, ns, name))
+        message, _ = asyncio.run(finalize(self.runtime, watch, ns, name))
         finalizers = body["metadata"].get("finalizers") or []
         if FINALIZER in finalizers:
             self.kube.drop_finalizer(ref, watch.served_plural, finalizers, FINALIZER)

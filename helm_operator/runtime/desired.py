@@ -39,6 +39,21 @@ class Resource:
     def ident(self) -> ReleaseId:
         return identify(self.watch, self.namespace, self.name)
 
+    @property
+    def body(self) -> dict[str, Any]:
+        """The resource as hooks see it (what this reconcile read of it)."""
+        meta: dict[str, Any] = {"name": self.name, "uid": self.uid, "generation": self.generation}
+        if self.namespace:
+            meta["namespace"] = self.namespace
+        meta["annotations"] = dict(self.annotations)
+        return {
+            "apiVersion": self.watch.api_version,
+            "kind": self.watch.kind,
+            "metadata": meta,
+            "spec": dict(self.spec),
+            "status": dict(self.status),
+        }
+
 
 @dataclass(frozen=True)
 class Target:
@@ -71,10 +86,14 @@ def tenant_rules(watch: Watch, namespaced: bool) -> TenantRules:
     )
 
 
-def prepare(cr: Resource, chart_ref: ChartRef, chart: ChartInfo) -> Target | Outcome:
-    """The desired release, or the stalled outcome that says why there can be none."""
+def prepare(
+    cr: Resource, chart_ref: ChartRef, chart: ChartInfo, values: Mapping[str, Any] | None = None
+) -> Target | Outcome:
+    """The desired release, or the stalled outcome that says why there can be none. ``values``:
+    the user's values after the value translators (default: the spec with overrideValues)."""
     watch = cr.watch
-    values = user_values(cr.spec, watch.override_values)
+    if values is None:
+        values = user_values(cr.spec, watch.override_values)
     violations = validate(merge(chart.defaults, values), chart.schema)
     if violations:
         msg = "values do not match the chart's schema: " + "; ".join(str(v) for v in violations)

@@ -9,7 +9,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,12 +19,13 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.config.watches import Watch, selector_matches
-from helm_operator.core.conditions import keep_transitions
+from helm_operator.core.conditions import Update, keep_transitions, merge_conditions
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
+from helm_operator.hooks.day2 import CONDITION
 from helm_operator.release.status import status_patch
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.reconcile import Runtime, finalize, reconcile
+from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
 UNREACHABLE = "API server unreachable"
@@ -154,11 +155,20 @@ class Handlers:
             dict(status),
             dict(meta.annotations),
         )
+        rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
         result = await reconcile(rt, cr)
         ref = self._ref(meta)
         patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
+        events = list(result.events)
+        updates = list(result.conditions)
         # Under the release's lock: no drift check of another trigger writes conditions in between.
         async with rt.concurrency.release(watch.key, cr.ident.key):
+            if rt.day2 is not None:
+                armed, said = await rt.day2.sync(watch, cr.body, cr.status.get("conditions", []))
+                updates = [*armed, *updates]  # a hook failure of this reconcile wins
+                events += said
+            if updates:
+                patch["conditions"] = merge_conditions(patch["conditions"], updates, generation, time.time())
             if result.outcome.phase == "ready":
                 # The safety net: every reconcile (also on resume and each resync) checks drift.
                 self.drift.track(watch, meta.namespace, meta.name)
@@ -169,7 +179,7 @@ class Handlers:
                     conditions = patch["conditions"]
                     patch["conditions"] = await checker.report(watch, ref, report, conditions, generation)
             patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
-            await rt.reporter.events(ref, result.events)
+            await rt.reporter.events(ref, events)
             await rt.reporter.status(ref, watch.served_plural, patch)
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
@@ -190,14 +200,42 @@ class Handlers:
             await self._delete(meta)
 
     async def _delete(self, meta: kopf.Meta) -> None:
-        ref = self._ref(meta)
+        rt, watch, ref = self.runtime, self.watch, self._ref(meta)
+        body = None
+        if rt.day2 is not None and rt.day2.of(watch) is not None:  # the hooks see the latest annotations
+            fresh_ref = ObjectRef(watch.api_version, watch.kind, meta.name, meta.namespace)
+            body = await asyncio.to_thread(rt.kube.get_custom, fresh_ref, watch.served_plural)
         try:
-            message = await finalize(self.runtime, self.watch, meta.namespace, meta.name)
+            message, events = await finalize(rt, watch, meta.namespace, meta.name, body)
+        except UninstallBlocked as exc:
+            await self._blocked(ref, body or {}, exc)
+            raise kopf.TemporaryError(str(exc)[:200], delay=exc.result.retry_after or 30) from None
         except RuntimeError as exc:
-            await self.runtime.reporter.events(ref, [("Warning", "UninstallFailed", str(exc))])
+            await rt.reporter.events(ref, [("Warning", "UninstallFailed", str(exc))])
             raise kopf.TemporaryError(str(exc), delay=10) from None
-        self.drift.forget(self.watch, meta.namespace, meta.name)
-        await self.runtime.reporter.events(ref, [("Normal", "Uninstalled", message)])
+        self.drift.forget(watch, meta.namespace, meta.name)
+        if rt.day2 is not None:
+            rt.day2.forget(watch, meta.namespace, meta.name)
+        await rt.reporter.events(ref, [*events, ("Normal", "Uninstalled", message)])
+
+    async def _blocked(self, ref: ObjectRef, body: Mapping[str, Any], exc: UninstallBlocked) -> None:
+        """Say on the resource why its deletion waits (the Event only when the reason is new)."""
+        status = body.get("status") or {}
+        conditions = status.get("conditions") or []
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        r = exc.result
+        before: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+        updates: list[Update] = [
+            ("Ready", False, r.reason, r.message),
+            ("Stalled", False, r.reason, ""),
+            (CONDITION, False, r.reason, r.message),
+        ]
+        merged = merge_conditions(conditions, updates, generation, time.time())
+        await self.runtime.reporter.status(ref, self.watch.served_plural, {"conditions": merged})
+        new = before.get("message") != r.message
+        await self.runtime.reporter.events(
+            ref, [*exc.events, *([("Warning", r.reason, r.message)] if new else [])]
+        )
 
 
 def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, drift: DriftScheduler) -> None:

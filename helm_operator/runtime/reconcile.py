@@ -21,11 +21,16 @@ from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Event, Reporter
 from helm_operator.config.charts import ChartInfo, ChartRef, load_chart
 from helm_operator.config.watches import Watch
+from helm_operator.core.conditions import Update
 from helm_operator.core.locks import Concurrency
+from helm_operator.core.values import user_values
 from helm_operator.drift.scheduler import DriftChecker
+from helm_operator.hooks.day2 import CONDITION, Day2
+from helm_operator.hooks.registry import Stage
+from helm_operator.hooks.runner import HookResult
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
 from helm_operator.release.identity import identify
-from helm_operator.release.outcome import Outcome
+from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.state import Action, Plan, ReleaseState, RetryPolicy, determine_state, plan
 from helm_operator.release.status import progress_patch
@@ -47,6 +52,7 @@ class Runtime:
     reporter: Reporter
     drift: DriftChecker
     concurrency: Concurrency = field(default_factory=Concurrency)
+    day2: Day2 | None = None  # the watches' day-2 hooks (None: no watch names any)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # Failure memory per release, newer than the CR status a handler may have been given.
     attempts: dict[str, Attempts] = field(default_factory=dict)
@@ -80,6 +86,7 @@ class Result:
     retry_after: float | None = None  # seconds; None: nothing to retry
     events: tuple[Event, ...] = ()
     attempts: Attempts | None = None  # failure memory to record; None: derive from the status
+    conditions: tuple[Update, ...] = ()  # further condition updates (the Day2 condition)
 
 
 def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
@@ -106,18 +113,25 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     except Exception as exc:  # unreadable chart: a configuration problem, not worth retrying fast
         outcome = Outcome("stalled", "ChartLoadFailed", f"cannot load chart {watch.chart.ref}: {exc}")
         return _stall(cr, outcome, retry_after=watch.reconcile_period)
-    prepared = prepare(cr, chart_ref, chart)
-    if isinstance(prepared, Outcome):
-        if prepared.permanent:
-            attempts = next_attempts(attempts_from_status(cr.status), prepared, time.time())
-            result = _stall(cr, prepared)
-            return Result(result.outcome, events=result.events, attempts=attempts)
-        return _stall(cr, prepared)
-    target = prepared
-    key = target.ident.key
+    key = cr.ident.key
     events: list[Event] = []
+    hooks = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
 
     async with rt.concurrency.release(watch.key, key):
+        values = user_values(cr.spec, watch.override_values)
+        if hooks is not None:
+            translated = await hooks.translate(watch, cr.body, values, await _stored(rt, cr))
+            if isinstance(translated, HookResult):
+                return _hook_failed(translated, None)
+            values = translated
+        prepared = prepare(cr, chart_ref, chart, values)
+        if isinstance(prepared, Outcome):
+            if prepared.permanent:
+                attempts = next_attempts(attempts_from_status(cr.status), prepared, time.time())
+                result = _stall(cr, prepared)
+                return Result(result.outcome, events=result.events, attempts=attempts)
+            return _stall(cr, prepared)
+        target = prepared
         attempts = max(
             attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
         )
@@ -129,11 +143,48 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         if rt.draining:
             outcome = Outcome("progressing", "ShuttingDown", "operator is shutting down")
             return Result(outcome, retry_after=5, events=tuple(events))
+        stage = HOOK_STAGE.get(p.action)
+        if hooks is not None and stage is not None:
+            before = await hooks.around("before", stage, watch, cr.body, target.values, release)
+            if not before.ok:
+                return _hook_failed(before, target.digest)
         await _announce_progress(rt, cr, p)
         scopes = await asyncio.to_thread(rt.discovery.scopes)
         async with _deletion_watch(rt, cr) as abort:
             outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
-    return _report(rt, key, attempts, outcome, events)
+        conditions: tuple[Update, ...] = ()
+        if hooks is not None and stage is not None and outcome.phase == "ready":
+            after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
+            if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
+                events.append(("Warning", after.reason, after.message))
+                conditions = ((CONDITION, False, after.reason, after.message),)
+    result = _report(rt, key, attempts, outcome, events)
+    return Result(result.outcome, result.retry_after, result.events, result.attempts, conditions)
+
+
+# The hook stage of each acting Action (a rollback is a remediation: no hooks around it).
+HOOK_STAGE: dict[Action, Stage] = {
+    Action.INSTALL: "install",
+    Action.REINSTALL: "install",
+    Action.UPGRADE: "upgrade",
+}
+
+
+async def _stored(rt: Runtime, cr: Resource) -> StoredRelease | None:
+    ident = cr.ident
+    return await asyncio.to_thread(storage.latest_release, rt.kube.core, ident.name, ident.namespace)
+
+
+def _hook_failed(result: HookResult, digest: str | None) -> Result:
+    """A value translator or ``before`` hook failed: no Helm action; retried unless permanent."""
+    phase: Phase = "stalled" if result.permanent else "failed"
+    outcome = Outcome(phase, result.reason, result.message, digest=digest)
+    return Result(
+        outcome,
+        retry_after=result.retry_after,
+        events=(("Warning", result.reason, result.message),),
+        conditions=((CONDITION, False, result.reason, result.message),),
+    )
 
 
 async def _decide(
@@ -248,19 +299,40 @@ def _report(rt: Runtime, key: str, attempts: Attempts, outcome: Outcome, events:
     return Result(outcome, retry_after=retry, events=tuple(events), attempts=new_attempts)
 
 
-async def finalize(rt: Runtime, watch: Watch, namespace: str | None, name: str) -> str:
-    """Uninstall the resource's release (only if it is ours). Returns what happened, for the Event."""
+class UninstallBlocked(RuntimeError):
+    """A ``before uninstall`` hook failed: the resource stays until it succeeds or is overridden."""
+
+    def __init__(self, result: HookResult, events: list[Event]) -> None:
+        super().__init__(result.message)
+        self.result, self.events = result, events
+
+
+async def finalize(
+    rt: Runtime, watch: Watch, namespace: str | None, name: str, body: Mapping[str, Any] | None = None
+) -> tuple[str, list[Event]]:
+    """Uninstall the resource's release (only if it is ours), with the uninstall hooks when the
+    resource's ``body`` is given. Returns what happened and the hooks' Events."""
     ident = identify(watch, namespace, name)
+    hooks = rt.day2 if body is not None and rt.day2 is not None and rt.day2.of(watch) is not None else None
+    events: list[Event] = []
     async with rt.concurrency.release(watch.key, ident.key):
         release = await asyncio.to_thread(storage.latest_release, rt.kube.core, ident.name, ident.namespace)
         if release is None:
-            return f"release {ident.name} already gone"
+            return f"release {ident.name} already gone", events
         if release.owner != ident.owner:
-            return f"release {ident.key} is not managed by this resource; left in place"
+            return f"release {ident.key} is not managed by this resource; left in place", events
+        if hooks is not None and body is not None:
+            verdict, events = await hooks.before_uninstall(watch, body, release)
+            if not verdict.ok:
+                raise UninstallBlocked(verdict, events)
         if release.status in PENDING_STATUSES:  # its writer was stopped or killed: free it first
             await asyncio.to_thread(storage.unlock, rt.kube.core, ident.name, ident.namespace)
         try:
             await rt.helm.uninstall(ident.name, ident.namespace, timeout=watch.timeout, wait=True)
         except HelmError as exc:
             raise RuntimeError(f"uninstall of {ident.name} failed: {exc.message}") from None
-    return f"release {ident.name} uninstalled"
+        if hooks is not None and body is not None:
+            after = await hooks.around("after", "uninstall", watch, body, {}, None)
+            if not after.ok:
+                events.append(("Warning", after.reason, after.message))
+    return f"release {ident.name} uninstalled", events

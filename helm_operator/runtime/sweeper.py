@@ -63,11 +63,15 @@ async def _sweep_once(
                 meta = item["metadata"]
                 ref = ObjectRef(watch.api_version, watch.kind, meta["name"], ns, meta.get("uid"))
                 try:
-                    message = await finalize(runtime, watch, ns, meta["name"])
+                    # No uninstall hooks: a terminating namespace accepts no new objects (no final
+                    # backup Job could start), and the namespace's deletion must not hang on them.
+                    message, _ = await finalize(runtime, watch, ns, meta["name"])
                 except RuntimeError as exc:
                     log.warning("cannot finish deleting %s/%s: %s", ns, meta["name"], exc)
                     continue
                 drift.forget(watch, ns, meta["name"])
+                if runtime.day2 is not None:
+                    runtime.day2.forget(watch, ns, meta["name"])
                 log.info("%s/%s in terminating namespace: %s", ns, meta["name"], message)
                 await asyncio.to_thread(
                     kube.drop_finalizer, ref, watch.served_plural, meta["finalizers"], FINALIZER

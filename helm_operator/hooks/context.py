@@ -1,0 +1,216 @@
+"""What a hook is given: the resource (read-only), the values, the deployed release, a Kubernetes
+client usable from async code, the ``status.day2`` writer, Events and a logger.
+
+The context talks to the cluster only through the small protocols below, so the same hook runs
+against the real API server in the operator and against recorded fakes in the test harness.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from helm_operator.core.naming import owner_id
+
+DRIFT_PAUSED = "driftPaused"  # status.day2 key: why drift correction is paused (absent: it is not)
+
+
+def frozen(value: Any) -> Any:
+    """A read-only deep view: mappings become MappingProxyType, lists tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """A plain, mutable deep copy of a (possibly frozen) value."""
+    if isinstance(value, Mapping):
+        return {k: thawed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [thawed(v) for v in value]
+    return value
+
+
+def lookup(resource: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path (``spec.backup.schedule``), or None."""
+    node: Any = resource
+    for part in path.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+class KubeClient(Protocol):
+    """The Kubernetes operations hooks use; every call is awaitable (no blocking the loop)."""
+
+    async def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None: ...
+
+    async def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create; an object of that name that already exists is returned as it is."""
+        ...
+
+    async def patch(
+        self, api_version: str, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete (with its dependents); False if it was already gone."""
+        ...
+
+
+class StatusSink(Protocol):
+    async def save(self, day2: Mapping[str, Any]) -> None:
+        """Merge these ``status.day2`` keys into the resource's status."""
+        ...
+
+
+class EventSink(Protocol):
+    async def post(self, etype: str, reason: str, message: str) -> None: ...
+
+
+class Day2Status(MutableMapping[str, Any]):
+    """``status.day2`` of the resource: read it like a dict, change keys, ``await save()``.
+
+    Only the keys changed since the last save are written (a merge patch), and the runner saves
+    whatever is left when the hook returns or fails, so a record of a failed backup is not lost.
+    """
+
+    def __init__(self, current: Mapping[str, Any], sink: StatusSink) -> None:
+        self._data: dict[str, Any] = thawed(current)
+        self._dirty: set[str] = set()
+        self._sink = sink
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = value
+        self._dirty.add(key)
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+        self._dirty.add(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def touch(self, key: str) -> None:
+        """Mark a key changed in place (``ctx.day2["backups"].append(...)``)."""
+        self._dirty.add(key)
+
+    @property
+    def changed(self) -> dict[str, Any]:
+        return {k: self._data.get(k) for k in sorted(self._dirty)}
+
+    async def save(self) -> None:
+        if not self._dirty:
+            return
+        patch = self.changed
+        await self._sink.save(patch)
+        self._dirty.clear()
+
+
+@dataclass(frozen=True)
+class Release:
+    """The deployed Helm release: its name, revision, status and the objects it rendered."""
+
+    name: str
+    namespace: str
+    revision: int
+    status: str
+    objects: Sequence[Mapping[str, Any]] = ()
+
+    def find(self, kind: str, name: str | None = None) -> list[Mapping[str, Any]]:
+        return [
+            o
+            for o in self.objects
+            if o.get("kind") == kind and (name is None or (o.get("metadata") or {}).get("name") == name)
+        ]
+
+
+@dataclass
+class Context:
+    """Given to every hook. ``resource`` is read-only; ``values`` may be changed by value
+    translators and ``before`` hooks of install/upgrade (what Helm then renders)."""
+
+    resource: Mapping[str, Any]
+    values: dict[str, Any]
+    release: Release | None
+    kube: KubeClient
+    day2: Day2Status
+    events: EventSink
+    log: logging.LoggerAdapter[logging.Logger]
+    run: str = ""  # a scheduled task's or action's run name: deterministic, so reruns can adopt it
+    scheduled_time: dt.datetime | None = None  # the cron slot a scheduled run is for (UTC)
+    argument: str = ""  # an action's argument (``switchover=<pod>``: the pod)
+    deadline: float | None = None  # loop time when the hook will be cancelled
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.resource["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str | None:
+        ns = self.resource["metadata"].get("namespace")
+        return str(ns) if ns else None
+
+    @property
+    def uid(self) -> str:
+        return str(self.resource["metadata"].get("uid") or "")
+
+    @property
+    def owner(self) -> str:
+        """The resource's owner id (the value of the owner label on everything its release made)."""
+        group = str(self.resource["apiVersion"]).rpartition("/")[0]
+        return owner_id(group, str(self.resource["kind"]), self.namespace or "", self.name)
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        return self.resource.get("spec") or MappingProxyType({})
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return self.resource["metadata"].get("annotations") or MappingProxyType({})
+
+    @property
+    def owner_reference(self) -> dict[str, Any]:
+        """An ownerReference to the resource, for objects a hook creates that should go with it."""
+        return {
+            "apiVersion": self.resource["apiVersion"],
+            "kind": self.resource["kind"],
+            "name": self.name,
+            "uid": self.uid,
+        }
+
+    async def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """Post an Event on the resource."""
+        await self.events.post("Warning" if warning else "Normal", reason, message)
+
+    def pause_drift(self, why: str) -> None:
+        """Stop drift correction of this release (saved with ``status.day2``) until resumed."""
+        self.day2[DRIFT_PAUSED] = why
+
+    def resume_drift(self) -> None:
+        if self.day2.get(DRIFT_PAUSED) is not None:
+            self.day2[DRIFT_PAUSED] = None

@@ -1,0 +1,475 @@
+"""The day-2 engine: runs a watch's hooks around Helm actions, on cron schedules and on request.
+
+Everything a hook does happens under the release's lock (never beside an install, an upgrade, a
+drift correction or another hook of the same resource). Scheduled tasks and annotation actions run
+as tasks of their own, so a backup that waits minutes for its Job never holds up a kopf handler
+of another resource. What they did is written to ``status.day2`` and told by Events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from helm_operator.adapters import storage
+from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.report import Event, Reporter
+from helm_operator.config.watches import Watch
+from helm_operator.core.conditions import Update, merge_conditions, parse_rfc3339
+from helm_operator.core.locks import Concurrency
+from helm_operator.core.naming import ACTION_ANNOTATION, FORCE_UNINSTALL_ANNOTATION
+from helm_operator.drift.check import manifest_objects
+from helm_operator.hooks.context import DRIFT_PAUSED, Context, Day2Status, Release, frozen, lookup
+from helm_operator.hooks.errors import InvalidSpec
+from helm_operator.hooks.kubeclient import AsyncKube
+from helm_operator.hooks.registry import Hook, Hooks, Stage
+from helm_operator.hooks.runner import OK, HookResult, run
+from helm_operator.hooks.schedule import (
+    Decision,
+    TaskState,
+    bounded,
+    check_cron,
+    decide,
+    rfc3339,
+    run_name,
+)
+from helm_operator.release.identity import ReleaseId, identify
+from helm_operator.release.record import StoredRelease
+
+log = logging.getLogger(__name__)
+
+CONDITION = "Day2"
+RECHECK = 30.0  # seconds: a waiting schedule re-reads its resource at least this often
+NOW: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
+
+
+def release_info(stored: StoredRelease | None) -> Release | None:
+    if stored is None:
+        return None
+    objects = tuple(frozen(o) for o in manifest_objects(stored)) if stored.manifest else ()
+    return Release(stored.name, stored.namespace, stored.revision, stored.status, objects)
+
+
+class _Status:
+    def __init__(self, engine: Day2, watch: Watch, ref: ObjectRef, owner: str) -> None:
+        self.engine, self.watch, self.ref, self.owner = engine, watch, ref, owner
+
+    async def save(self, day2: Mapping[str, Any]) -> None:
+        if DRIFT_PAUSED in day2:
+            self.engine.pause(self.owner, day2[DRIFT_PAUSED])
+        await self.engine.reporter.status(self.ref, self.watch.served_plural, {"day2": dict(day2)})
+
+
+class _Events:
+    def __init__(self, reporter: Reporter, ref: ObjectRef) -> None:
+        self.reporter, self.ref = reporter, ref
+
+    async def post(self, etype: str, reason: str, message: str) -> None:
+        await self.reporter.events(self.ref, [(etype, reason, message)])
+
+
+class _ResourceLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        return f"[{self.extra['resource'] if self.extra else '?'}] {msg}", kwargs
+
+
+def parse_action(value: str) -> tuple[str, str]:
+    verb, _, argument = value.strip().partition("=")
+    return verb.strip(), argument.strip()
+
+
+@dataclass
+class Day2:
+    hooks: Mapping[str, Hooks]  # watch key -> the module's hooks
+    kube: Kube
+    reporter: Reporter
+    concurrency: Concurrency
+    pause: Callable[[str, str | None], None] = lambda owner, why: None
+    client: Any = None
+    _tasks: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.client is None:
+            self.client = AsyncKube(self.kube)
+
+    def of(self, watch: Watch) -> Hooks | None:
+        return self.hooks.get(watch.key)
+
+    # --- contexts --------------------------------------------------------------------------------
+
+    def _ref(self, watch: Watch, body: Mapping[str, Any]) -> ObjectRef:
+        meta = body["metadata"]
+        return ObjectRef(watch.api_version, watch.kind, meta["name"], meta.get("namespace"), meta.get("uid"))
+
+    def _ident(self, watch: Watch, body: Mapping[str, Any]) -> ReleaseId:
+        return identify(watch, body["metadata"].get("namespace"), body["metadata"]["name"])
+
+    def context(
+        self,
+        watch: Watch,
+        body: Mapping[str, Any],
+        *,
+        values: Mapping[str, Any] | None = None,
+        release: StoredRelease | None = None,
+        run_as: str = "",
+        scheduled: dt.datetime | None = None,
+        argument: str = "",
+    ) -> Context:
+        ref = self._ref(watch, body)
+        owner = self._ident(watch, body).owner
+        day2 = (body.get("status") or {}).get("day2") or {}
+        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        logger = _ResourceLog(
+            logging.getLogger(f"helm_operator.hooks.{watch.kind.lower()}"), {"resource": where}
+        )
+        return Context(
+            resource=frozen(body),
+            values=copy.deepcopy(dict(values or {})),
+            release=release_info(release),
+            kube=self.client,
+            day2=Day2Status(day2, _Status(self, watch, ref, owner)),
+            events=_Events(self.reporter, ref),
+            log=logger,
+            run=run_as,
+            scheduled_time=scheduled,
+            argument=argument,
+        )
+
+    # --- around Helm actions (called by the reconcile, under the release's lock) -----------------
+
+    async def translate(
+        self, watch: Watch, body: Mapping[str, Any], values: Mapping[str, Any], release: StoredRelease | None
+    ) -> dict[str, Any] | HookResult:
+        """The values after every translator, or the first failure."""
+        out = dict(values)
+        for hook in (self.of(watch) or Hooks()).of("values"):
+            ctx = self.context(watch, body, values=out, release=release)
+            result = await run(hook, ctx)
+            if not result.ok:
+                return result
+            out = ctx.values
+        return out
+
+    async def around(
+        self,
+        when: str,
+        stage: Stage,
+        watch: Watch,
+        body: Mapping[str, Any],
+        values: Mapping[str, Any],
+        release: StoredRelease | None,
+    ) -> HookResult:
+        """Run the ``before``/``after`` hooks of a stage in order; the first failure stops them."""
+        for hook in (self.of(watch) or Hooks()).of(when, stage):
+            result = await run(hook, self.context(watch, body, values=values, release=release))
+            if not result.ok:
+                return result
+        return OK
+
+    async def before_uninstall(
+        self, watch: Watch, body: Mapping[str, Any], release: StoredRelease | None
+    ) -> tuple[HookResult, list[Event]]:
+        """The ``before uninstall`` hooks, unless overridden or past their ``block_for``: a failure
+        here keeps the resource (and its release) until it succeeds."""
+        hooks = (self.of(watch) or Hooks()).of("before", "uninstall")
+        if not hooks:
+            return OK, []
+        meta = body["metadata"]
+        if (meta.get("annotations") or {}).get(FORCE_UNINSTALL_ANNOTATION) == "true":
+            names = ", ".join(h.label for h in hooks)
+            return OK, [("Warning", "HooksOverridden", f"{FORCE_UNINSTALL_ANNOTATION}=true: skipped {names}")]
+        events: list[Event] = []
+        for hook in hooks:
+            result = await run(hook, self.context(watch, body, release=release))
+            if result.ok:
+                continue
+            since = _age(meta.get("deletionTimestamp"))
+            if hook.block_for is not None and since >= hook.block_for:
+                msg = f"{result.message}; uninstalling anyway: deletion blocked for {hook.block_for:g}s"
+                events.append(("Warning", "HookGaveUp", msg))
+                continue
+            msg = (
+                f"deletion blocked: {result.message}. Fix the cause, or annotate the resource "
+                f"{FORCE_UNINSTALL_ANNOTATION}=true to uninstall without it"
+            )
+            return HookResult(False, "UninstallBlocked", msg, result.retry_after or 30.0), events
+        return OK, events
+
+    # --- validation, schedules and actions (after each reconcile) --------------------------------
+
+    async def validate(self, watch: Watch, body: Mapping[str, Any]) -> list[str]:
+        """What is wrong with the spec fields the hooks use (cron expressions and ``validate`` hooks)."""
+        problems = []
+        hooks = self.of(watch) or Hooks()
+        for hook in hooks.schedules:
+            expr = lookup(body, hook.cron)
+            if expr is None:
+                continue
+            try:
+                check_cron(expr, hook.cron)
+            except InvalidSpec as exc:
+                problems.append(str(exc))
+        for hook in hooks.of("validate"):
+            result = await run(hook, self.context(watch, body))
+            if not result.ok:
+                problems.append(
+                    result.message.split(": ", 1)[-1] if result.reason == "HookFailed" else result.message
+                )
+        return problems
+
+    async def sync(
+        self, watch: Watch, body: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[Update], list[Event]]:
+        """Validate, arm the schedules and start a requested action; the ``Day2`` condition update
+        (announced by a Warning only when it changes)."""
+        hooks = self.of(watch)
+        if hooks is None:
+            return [], []
+        problems = await self.validate(watch, body)
+        previous = next((c for c in conditions if c.get("type") == CONDITION), None)
+        if problems:
+            message = "; ".join(problems)
+            changed = (
+                previous is None or previous.get("message") != message[: len(previous.get("message", ""))]
+            )
+            events: list[Event] = [("Warning", "InvalidSpec", message)] if changed else []
+            return [(CONDITION, False, "InvalidSpec", message)], events
+        ident = self._ident(watch, body)
+        meta = body["metadata"]
+        for hook in hooks.schedules:
+            self._start(
+                (ident.owner, f"schedule/{hook.name}"),
+                self._timer(watch, meta.get("namespace"), meta["name"], hook),
+            )
+        if (meta.get("annotations") or {}).get(ACTION_ANNOTATION):
+            self._start((ident.owner, "action"), self._action(watch, meta.get("namespace"), meta["name"]))
+        if previous is None or previous.get("reason") == "InvalidSpec":
+            return [(CONDITION, True, "SpecValid", "the day-2 hooks accept the spec")], []
+        return [], []
+
+    def _start(self, key: tuple[str, str], coro: Any) -> None:
+        task = self._tasks.get(key)
+        if task is not None and not task.done():
+            coro.close()
+            return
+        self._tasks[key] = asyncio.get_running_loop().create_task(coro)
+
+    def forget(self, watch: Watch, namespace: str | None, name: str) -> None:
+        """Stop the schedules of a resource that is gone."""
+        owner = identify(watch, namespace, name).owner
+        for key in [k for k in self._tasks if k[0] == owner]:
+            self._tasks.pop(key).cancel()
+
+    async def _fresh(self, watch: Watch, namespace: str | None, name: str) -> dict[str, Any] | None:
+        ref = ObjectRef(watch.api_version, watch.kind, name, namespace)
+        body = await asyncio.to_thread(self.kube.get_custom, ref, watch.served_plural)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return None
+        return body
+
+    async def _condition(self, watch: Watch, body: Mapping[str, Any], result: HookResult, what: str) -> None:
+        """Record the outcome of a scheduled run or action in the ``Day2`` condition (+ an Event)."""
+        status = body.get("status") or {}
+        generation = int(body["metadata"].get("generation") or 0)
+        if result.ok:
+            update: Update = (CONDITION, True, "Succeeded", f"{what} succeeded")
+        else:
+            update = (CONDITION, False, result.reason, result.message)
+            await self.reporter.events(self._ref(watch, body), [("Warning", result.reason, result.message)])
+        merged = merge_conditions(status.get("conditions") or [], [update], generation, time.time())
+        await self.reporter.status(self._ref(watch, body), watch.served_plural, {"conditions": merged})
+
+    async def _timer(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> None:
+        ident = identify(watch, namespace, name)
+        key = (ident.owner, f"schedule/{hook.name}")
+        try:
+            while True:
+                async with self.concurrency.lock(ident.key):
+                    wait = await self._tick(watch, namespace, name, hook)
+                if wait is None:
+                    return
+                await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "schedule %s of %s/%s stopped (%r); the next reconcile re-arms it",
+                hook.name,
+                namespace,
+                name,
+                exc,
+            )
+        finally:
+            if self._tasks.get(key) is asyncio.current_task():
+                self._tasks.pop(key, None)
+
+    async def _tick(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> float | None:
+        """One look at a schedule (under the lock): run it if due. Seconds to wait, or None: stop."""
+        body = await self._fresh(watch, namespace, name)
+        if body is None:
+            return None
+        expr = lookup(body, hook.cron)
+        if expr is None:
+            return None
+        try:
+            expr = check_cron(expr, hook.cron)
+        except InvalidSpec:
+            return None  # the reconcile reports it on the Day2 condition
+        day2 = (body.get("status") or {}).get("day2") or {}
+        state = TaskState.from_status((day2.get("schedules") or {}).get(hook.name))
+        if state.active:  # a run the operator did not see finish (a restart): resume it, same name
+            return await self._run_scheduled(watch, body, hook, state.active, state.last)
+        now = NOW()
+        decision = decide(expr, state, now)
+        if decision.run is None:
+            if state.schedule != expr or state.next != decision.next:
+                fields = {"schedule": expr, "nextScheduleTime": rfc3339(decision.next)}
+                await self._save_task(watch, body, hook, fields)
+            return max(0.0, min(RECHECK, (decision.next - now).total_seconds()))
+        run_as = run_name(body["metadata"]["name"], hook.name, decision.run)
+        # Written before the run starts: a restart from here on resumes this run, never repeats the slot.
+        await self._save_task(watch, body, hook, _started(expr, decision, run_as))
+        if decision.missed:
+            msg = f"{hook.name}: {decision.missed} earlier slot(s) passed unrun; ran the latest once"
+            await self.reporter.events(self._ref(watch, body), [("Normal", "MissedSchedule", msg)])
+        return await self._run_scheduled(watch, body, hook, run_as, decision.run)
+
+    async def _save_task(
+        self, watch: Watch, body: Mapping[str, Any], hook: Hook, fields: Mapping[str, Any]
+    ) -> None:
+        patch = {"day2": {"schedules": {hook.name: dict(fields)}}}
+        await self.reporter.status(self._ref(watch, body), watch.served_plural, patch)
+
+    async def _release(self, watch: Watch, body: Mapping[str, Any]) -> StoredRelease | None:
+        ident = self._ident(watch, body)
+        return await asyncio.to_thread(storage.latest_release, self.kube.core, ident.name, ident.namespace)
+
+    async def _run_scheduled(
+        self, watch: Watch, body: Mapping[str, Any], hook: Hook, run_as: str, slot: dt.datetime | None
+    ) -> float | None:
+        started = NOW()
+        release = await self._release(watch, body)
+        ctx = self.context(watch, body, release=release, run_as=run_as, scheduled=slot)
+        result = await run(hook, ctx)
+        if result.reason == "HookRetrying":  # the same run continues later (e.g. its Job still runs)
+            return result.retry_after
+        phase = "Succeeded" if result.ok else "Failed"
+        last = {"name": run_as, "phase": phase, "completionTime": rfc3339(NOW()), "message": result.message}
+        if slot is not None:
+            last["scheduledTime"] = rfc3339(slot)
+        last["startTime"] = rfc3339(started)
+        await self._save_task(watch, body, hook, {"active": None, "lastRun": last})
+        await self._condition(watch, body, result, f"{hook.name} run {run_as}")
+        return 0.0
+
+    async def _action(self, watch: Watch, namespace: str | None, name: str) -> None:
+        ident = identify(watch, namespace, name)
+        try:
+            while True:
+                async with self.concurrency.lock(ident.key):
+                    wait = await self._act(watch, namespace, name)
+                if wait is None:
+                    return
+                await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("action on %s/%s stopped (%r); the next reconcile retries it", namespace, name, exc)
+        finally:
+            if self._tasks.get((ident.owner, "action")) is asyncio.current_task():
+                self._tasks.pop((ident.owner, "action"), None)
+
+    async def _act(self, watch: Watch, namespace: str | None, name: str) -> float | None:
+        """Run the requested action once (under the lock); acknowledge it in status, then remove
+        the annotation. Seconds until the next look, or None: done."""
+        body = await self._fresh(watch, namespace, name)
+        if body is None:
+            return None
+        request = str((body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION) or "")
+        if not request:
+            return None
+        ref = self._ref(watch, body)
+        last = dict(((body.get("status") or {}).get("day2") or {}).get("lastAction") or {})
+        if last.get("request") == request and last.get("phase") in ("Succeeded", "Failed"):
+            return await self._acknowledge(watch, body, request)
+        verb, argument = parse_action(request)
+        hook = next((h for h in (self.of(watch) or Hooks()).of("action") if h.name == verb), None)
+        if last.get("request") == request and last.get("phase") == "Running":
+            run_as = str(last.get("name"))
+        else:
+            run_as = bounded(f"{name}-{verb}", NOW().strftime("%Y%m%d%H%M%S"))
+            last = {"request": request, "name": run_as, "phase": "Running", "startTime": rfc3339(NOW())}
+            await self.reporter.status(ref, watch.served_plural, {"day2": {"lastAction": last}})
+        if hook is None:
+            known = ", ".join(sorted(h.name for h in (self.of(watch) or Hooks()).of("action"))) or "none"
+            result = HookResult(
+                False, "UnknownAction", f"unknown action {verb!r}; {watch.kind} supports: {known}"
+            )
+        else:
+            await self.reporter.events(ref, [("Normal", "ActionStarted", f"{request}: run {run_as}")])
+            result = await run(
+                hook,
+                self.context(
+                    watch, body, release=await self._release(watch, body), run_as=run_as, argument=argument
+                ),
+            )
+            if result.reason == "HookRetrying":
+                return result.retry_after
+        last.update(
+            phase="Succeeded" if result.ok else "Failed",
+            completionTime=rfc3339(NOW()),
+            message=result.message or f"{request} done",
+        )
+        await self.reporter.status(ref, watch.served_plural, {"day2": {"lastAction": last}})
+        if result.ok:
+            await self.reporter.events(
+                ref, [("Normal", "ActionSucceeded", f"{request}: run {run_as} succeeded")]
+            )
+        await self._condition(watch, body, result, f"action {request}")
+        return await self._acknowledge(watch, body, request)
+
+    async def _acknowledge(self, watch: Watch, body: Mapping[str, Any], request: str) -> float | None:
+        """Remove the handled request, unless a new one replaced it meanwhile (then: handle that)."""
+        meta = body["metadata"]
+        fresh = await self._fresh(watch, meta.get("namespace"), meta["name"])
+        if fresh is None:
+            return None
+        if (fresh["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION) != request:
+            return 0.0
+        patch = {
+            "metadata": {
+                "resourceVersion": fresh["metadata"]["resourceVersion"],
+                "annotations": {ACTION_ANNOTATION: None},
+            }
+        }
+        try:
+            await self.client.patch(watch.api_version, watch.kind, meta["name"], meta.get("namespace"), patch)
+        except ApiException as exc:
+            if exc.status == 409:  # changed in between: look again
+                return 0.0
+            raise
+        return None
+
+
+def _started(expr: str, decision: Decision, name: str) -> dict[str, Any]:
+    assert decision.run is not None
+    return {
+        "schedule": expr,
+        "lastScheduleTime": rfc3339(decision.run),
+        "nextScheduleTime": rfc3339(decision.next),
+        "active": name,
+    }
+
+
+def _age(timestamp: str | None) -> float:
+    if not timestamp:
+        return 0.0
+    return max(0.0, time.time() - parse_rfc3339(timestamp))

@@ -1,0 +1,104 @@
+"""The hooks' Kubernetes client: the synchronous dynamic client, run in threads."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from helm_operator.adapters.kube import Kube
+
+
+class AsyncKube:
+    """Implements :class:`helm_operator.hooks.context.KubeClient` against the API server."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    def _ns(self, res: Any, namespace: str | None) -> str | None:
+        return namespace if res.namespaced else None
+
+    def _get(self, api_version: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+        res = self._kube.resource(api_version, kind)
+        try:
+            found: dict[str, Any] = res.get(name=name, namespace=self._ns(res, namespace)).to_dict()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    async def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._get, api_version, kind, name, namespace)
+
+    def _list(
+        self, api_version: str, kind: str, namespace: str | None, labels: Mapping[str, str] | None
+    ) -> list[dict[str, Any]]:
+        res = self._kube.resource(api_version, kind)
+        selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or None
+        found = res.get(namespace=self._ns(res, namespace), label_selector=selector).to_dict()
+        items: list[dict[str, Any]] = found.get("items") or []
+        return items
+
+    async def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._list, api_version, kind, namespace, labels)
+
+    def _create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        res = self._kube.resource(str(obj["apiVersion"]), str(obj["kind"]))
+        meta = obj.get("metadata") or {}
+        ns = self._ns(res, meta.get("namespace"))
+        try:
+            created: dict[str, Any] = res.create(body=dict(obj), namespace=ns).to_dict()
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            existing = self._get(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), ns)
+            if existing is None:  # deleted in between: the caller retries
+                raise
+            return existing
+        return created
+
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self._create, obj)
+
+    def _patch(
+        self, api_version: str, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        res = self._kube.resource(api_version, kind)
+        out: dict[str, Any] = res.patch(
+            body=dict(patch),
+            name=name,
+            namespace=self._ns(res, namespace),
+            content_type="application/merge-patch+json",
+        ).to_dict()
+        return out
+
+    async def patch(
+        self, api_version: str, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(self._patch, api_version, kind, name, namespace, patch)
+
+    def _delete(self, api_version: str, kind: str, name: str, namespace: str | None) -> bool:
+        res = self._kube.resource(api_version, kind)
+        try:
+            res.delete(
+                name=name, namespace=self._ns(res, namespace), body={"propagationPolicy": "Background"}
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        return await asyncio.to_thread(self._delete, api_version, kind, name, namespace)

@@ -1,0 +1,124 @@
+"""The registry a hook module fills with decorators, like kopf's ``@kopf.on.…``.
+
+A module makes one ``Hooks()`` and decorates its functions; the operator finds that object when it
+loads the module named by the watch's ``hooks:`` field. Every hook is an ``async def`` taking one
+argument, the :class:`~helm_operator.hooks.context.Context`; what it is about (the run name of a
+scheduled task, the argument of an action) is on the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+HookFn = Callable[[Any], Awaitable[None]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+Stage = Literal["install", "upgrade", "uninstall"]
+STAGES: tuple[Stage, ...] = ("install", "upgrade", "uninstall")
+
+DEFAULT_TIMEOUT = 300.0  # seconds a hook may run before it is cancelled
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One registered hook: what it reacts to, the function, and its limits."""
+
+    kind: str  # "values", "validate", "before", "after", "schedule", "action"
+    fn: Callable[..., Any]
+    timeout: float = DEFAULT_TIMEOUT
+    stage: Stage | None = None  # before/after
+    name: str = ""  # schedule: the task's name (in status and run names); action: the verb
+    cron: str = ""  # schedule: dotted path of the cron expression in the resource, e.g. spec.backup.schedule
+    block_for: float | None = None  # before uninstall: give up blocking the deletion after this long
+
+    @property
+    def label(self) -> str:
+        """How errors and Events name the hook: ``before_uninstall final_backup``."""
+        where = f"{self.kind}_{self.stage}" if self.stage else self.kind
+        return f"{where} {getattr(self.fn, '__name__', repr(self.fn))}"
+
+
+class Hooks:
+    """The hooks of one module. Decorators return the function unchanged, so it stays testable."""
+
+    def __init__(self) -> None:
+        self.hooks: list[Hook] = []
+
+    def _add(self, hook: Hook) -> None:
+        self.hooks.append(hook)
+
+    def of(self, kind: str, stage: Stage | None = None) -> list[Hook]:
+        return [h for h in self.hooks if h.kind == kind and (stage is None or h.stage == stage)]
+
+    def values(self, *, timeout: float = 60.0) -> Callable[[F], F]:
+        """A value translator: changes ``ctx.values`` (the CR's spec merged with overrideValues)
+        before the chart is rendered. Runs on every reconcile, so it must give the same values for
+        the same cluster state, or every resync becomes an upgrade."""
+
+        def deco(fn: F) -> F:
+            self._add(Hook("values", fn, timeout))
+            return fn
+
+        return deco
+
+    def validate(self, *, timeout: float = 30.0) -> Callable[[F], F]:
+        """Checks the spec fields the hooks use (raise ``InvalidSpec``); a failure is shown on the
+        resource and keeps its schedules and actions from running, not its release."""
+
+        def deco(fn: F) -> F:
+            self._add(Hook("validate", fn, timeout))
+            return fn
+
+        return deco
+
+    def before(
+        self, stage: Stage, *, timeout: float = DEFAULT_TIMEOUT, block_for: float | None = None
+    ) -> Callable[[F], F]:
+        """Runs before Helm installs, upgrades or uninstalls; a failure stops that action.
+
+        ``block_for`` (seconds, uninstall only): how long a failing hook may hold the deletion
+        before the uninstall goes ahead anyway (None: until it succeeds or is overridden)."""
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {stage!r}")
+
+        def deco(fn: F) -> F:
+            self._add(Hook("before", fn, timeout, stage=stage, block_for=block_for))
+            return fn
+
+        return deco
+
+    def after(self, stage: Stage, *, timeout: float = DEFAULT_TIMEOUT) -> Callable[[F], F]:
+        """Runs after Helm installed, upgraded or uninstalled successfully."""
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {stage!r}")
+
+        def deco(fn: F) -> F:
+            self._add(Hook("after", fn, timeout, stage=stage))
+            return fn
+
+        return deco
+
+    def schedule(self, name: str, *, cron: str, timeout: float = 3600.0) -> Callable[[F], F]:
+        """A task run on the standard 5-field cron found at ``cron`` (a dotted path in the
+        resource, e.g. ``spec.backup.schedule``); no schedule there, no runs."""
+
+        def deco(fn: F) -> F:
+            self._add(Hook("schedule", fn, timeout, name=name, cron=cron))
+            return fn
+
+        return deco
+
+    def action(self, verb: str, *, timeout: float = 3600.0) -> Callable[[F], F]:
+        """Runs once per request ``helm-operator.io/action: <verb>[=<argument>]`` on the resource."""
+
+        def deco(fn: F) -> F:
+            self._add(Hook("action", fn, timeout, name=verb))
+            return fn
+
+        return deco
+
+    @property
+    def schedules(self) -> Sequence[Hook]:
+        return self.of("schedule")

@@ -1,0 +1,68 @@
+"""Run one hook: within its timeout, its errors turned into a result (retry later or permanent).
+
+Whatever the hook wrote to ``ctx.day2`` is saved when it ends, also when it fails, so a record
+such as a failed backup's is not lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from dataclasses import dataclass
+
+from helm_operator.hooks.context import Context
+from helm_operator.hooks.errors import PermanentError, TemporaryError
+from helm_operator.hooks.registry import Hook
+
+log = logging.getLogger(__name__)
+
+RETRY_DEFAULT = 30.0  # seconds before a hook that raised an unexpected exception is tried again
+
+
+@dataclass(frozen=True)
+class HookResult:
+    ok: bool
+    reason: str = ""  # HookFailed | HookTimedOut | HookRetrying
+    message: str = ""
+    retry_after: float | None = None  # None with ok=False: permanent, until the resource changes
+
+    @property
+    def permanent(self) -> bool:
+        return not self.ok and self.retry_after is None
+
+
+OK = HookResult(True)
+
+
+def _origin(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+
+
+async def run(hook: Hook, ctx: Context) -> HookResult:
+    loop = asyncio.get_running_loop()
+    ctx.deadline = loop.time() + hook.timeout
+    try:
+        await asyncio.wait_for(hook.fn(ctx), hook.timeout)
+        result = OK
+    except TimeoutError:
+        result = HookResult(
+            False,
+            "HookTimedOut",
+            f"{hook.label} did not finish within {hook.timeout:g}s and was cancelled",
+            60.0,
+        )
+    except TemporaryError as exc:
+        result = HookResult(False, "HookRetrying", f"{hook.label}: {exc}", exc.delay)
+    except PermanentError as exc:
+        result = HookResult(False, "HookFailed", f"{hook.label}: {exc}")
+    except Exception as exc:
+        ctx.log.warning("%s raised", hook.label, exc_info=True)
+        message = f"{hook.label} raised {type(exc).__name__}: {exc}{_origin(exc)}"
+        result = HookResult(False, "HookFailed", message, RETRY_DEFAULT)
+    try:
+        await ctx.day2.save()
+    except Exception as exc:  # the resource went away or the API server is unreachable
+        ctx.log.warning("could not save status.day2 after %s: %s", hook.label, exc)
+    return result

@@ -1,0 +1,217 @@
+"""A test harness for hook authors: run a hook against a resource, values and objects, without a
+cluster, and assert what it asked for.
+
+    async def test_final_backup_is_skipped_on_request():
+        h = Harness(hooks, resource)
+        out = await h.run("before", stage="uninstall")
+        assert out.ok and out.created == []
+
+The fake client keeps objects in memory and records every operation as ``(verb, kind, name)``;
+``on_create`` lets a test decide what happens to what the hook creates (e.g. a Job that completes).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from helm_operator.hooks.context import Context, Day2Status, Release, frozen, thawed
+from helm_operator.hooks.registry import Hook, Hooks, Stage
+from helm_operator.hooks.runner import HookResult, run
+
+Key = tuple[str, str, str | None, str]  # apiVersion, kind, namespace, name
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(obj["apiVersion"]), str(obj["kind"]), meta.get("namespace"), str(meta["name"]))
+
+
+def complete_jobs(obj: dict[str, Any]) -> None:
+    """An ``on_create`` that makes every Job succeed at once (as KWOK does on the test cluster)."""
+    if obj.get("kind") == "Job":
+        obj["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
+
+
+def fail_jobs(obj: dict[str, Any]) -> None:
+    if obj.get("kind") == "Job":
+        obj["status"] = {
+            "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
+        }
+
+
+class FakeKube:
+    """In-memory :class:`~helm_operator.hooks.context.KubeClient` that records operations."""
+
+    def __init__(
+        self,
+        objects: Iterable[Mapping[str, Any]] = (),
+        on_create: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.objects: dict[Key, dict[str, Any]] = {_key(o): thawed(o) for o in objects}
+        self.operations: list[tuple[str, str, str]] = []
+        self.on_create = on_create
+
+    async def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        self.operations.append(("get", kind, name))
+        found = self.objects.get((api_version, kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    async def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        self.operations.append(("list", kind, ""))
+        out = []
+        for (av, k, ns, _), obj in self.objects.items():
+            have = (obj.get("metadata") or {}).get("labels") or {}
+            matches = all(have.get(lk) == lv for lk, lv in (labels or {}).items())
+            if (av, k) == (api_version, kind) and (namespace is None or ns == namespace) and matches:
+                out.append(copy.deepcopy(obj))
+        return out
+
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        key = _key(obj)
+        self.operations.append(("create", key[1], key[3]))
+        if key not in self.objects:
+            stored = thawed(obj)
+            if self.on_create is not None:
+                self.on_create(stored)
+            self.objects[key] = stored
+        return copy.deepcopy(self.objects[key])
+
+    async def patch(
+        self, api_version: str, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        self.operations.append(("patch", kind, name))
+        key = (api_version, kind, namespace, name)
+        if key not in self.objects:
+            raise LookupError(f"{kind} {name} not found")
+        self.objects[key] = _merge(self.objects[key], thawed(patch))
+        return copy.deepcopy(self.objects[key])
+
+    async def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        self.operations.append(("delete", kind, name))
+        return self.objects.pop((api_version, kind, namespace, name), None) is not None
+
+
+def _merge(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386)."""
+    out = dict(base)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+class _Saved:
+    def __init__(self) -> None:
+        self.patches: list[dict[str, Any]] = []
+
+    async def save(self, day2: Mapping[str, Any]) -> None:
+        self.patches.append(dict(day2))
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str, str]] = []
+
+    async def post(self, etype: str, reason: str, message: str) -> None:
+        self.posted.append((etype, reason, message))
+
+
+@dataclass
+class Outcome:
+    """What one hook run did."""
+
+    result: HookResult
+    values: dict[str, Any]
+    day2: dict[str, Any]
+    events: list[tuple[str, str, str]]
+    operations: list[tuple[str, str, str]]
+    saved: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def created(self) -> list[tuple[str, str]]:
+        return [(k, n) for verb, k, n in self.operations if verb == "create"]
+
+    @property
+    def deleted(self) -> list[tuple[str, str]]:
+        return [(k, n) for verb, k, n in self.operations if verb == "delete"]
+
+
+class Harness:
+    """Runs the hooks of one module against a resource; keeps ``status.day2`` between runs."""
+
+    def __init__(
+        self,
+        hooks: Hooks,
+        resource: Mapping[str, Any],
+        *,
+        values: Mapping[str, Any] | None = None,
+        objects: Iterable[Mapping[str, Any]] = (),
+        release: Release | None = None,
+        on_create: Callable[[dict[str, Any]], None] | None = complete_jobs,
+    ) -> None:
+        self.hooks = hooks
+        self.resource = thawed(resource)
+        self.values = dict(values if values is not None else self.resource.get("spec") or {})
+        self.release = release
+        self.kube = FakeKube(objects, on_create)
+
+    def find(self, kind: str, stage: Stage | None = None, name: str = "") -> Hook:
+        found = [h for h in self.hooks.of(kind, stage) if not name or h.name == name]
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} hooks of kind {kind!r} stage {stage!r} name {name!r}")
+        return found[0]
+
+    async def run(
+        self,
+        kind: str,
+        *,
+        stage: Stage | None = None,
+        name: str = "",
+        run_as: str = "",
+        argument: str = "",
+        scheduled: dt.datetime | None = None,
+    ) -> Outcome:
+        hook = self.find(kind, stage, name)
+        saved, events = _Saved(), _Events()
+        status = self.resource.setdefault("status", {})
+        ctx = Context(
+            resource=frozen(self.resource),
+            values=copy.deepcopy(self.values),
+            release=self.release,
+            kube=self.kube,
+            day2=Day2Status(status.get("day2") or {}, saved),
+            events=events,
+            log=logging.LoggerAdapter(logging.getLogger("helm_operator.hooks.test"), {}),
+            run=run_as,
+            scheduled_time=scheduled,
+            argument=argument,
+        )
+        before = len(self.kube.operations)
+        result = await run(hook, ctx)
+        status["day2"] = thawed(dict(ctx.day2))
+        if kind == "values" and result.ok:
+            self.values = ctx.values
+        return Outcome(
+            result, ctx.values, status["day2"], events.posted, self.kube.operations[before:], saved.patches
+        )
