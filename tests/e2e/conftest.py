@@ -162,10 +162,12 @@ def crds(cluster: DevCluster) -> None:
 
 @pytest.fixture(scope="session")
 def e2e_watches(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shipped watches.yaml (absolute chart paths) plus the test kinds."""
+    """The shipped watches.yaml (absolute chart and hook paths) plus the test kinds."""
     entries = yaml.safe_load((REPO / "watches.yaml").read_text())
     for entry in entries:
         entry["chart"] = str(REPO / entry["chart"])
+        if str(entry.get("hooks", "")).endswith(".py"):
+            entry["hooks"] = str(REPO / entry["hooks"])
     path = tmp_path_factory.mktemp("watches") / "watches.yaml"
     path.write_text(yaml.safe_dump([*entries, TINY_WATCH, *REALWORLD_WATCHES]))
     return path

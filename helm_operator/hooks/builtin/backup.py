@@ -65,7 +65,9 @@ def records(ctx: Context) -> list[dict[str, Any]]:
 
 async def _record(ctx: Context, record: Mapping[str, Any]) -> None:
     kept = [r for r in records(ctx) if r.get("name") != record["name"]]
-    ctx.day2[RECORDS] = sorted([*kept, dict(record)], key=lambda r: str(r.get("startTime") or ""))
+    ctx.day2[RECORDS] = sorted(
+        [*kept, dict(record)], key=lambda r: (str(r.get("startTime") or ""), str(r["name"]))
+    )
     await ctx.day2.save()
 
 

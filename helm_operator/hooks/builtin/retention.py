@@ -15,8 +15,8 @@ from typing import Any
 from helm_operator.hooks.errors import InvalidSpec
 from helm_operator.hooks.schedule import parse_time
 
-UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 KEEP_FAILED = 3  # failed records kept (the newest) for diagnosis, within the age limit
 
 
@@ -27,7 +27,7 @@ def parse_age(value: Any, path: str) -> dt.timedelta | None:
     if m is None or int(m.group(1)) == 0:
         raise InvalidSpec(
             path,
-            f"{value!r} is not an age: expected a positive number and a unit m, h, d or w (30d, 12h, 4w)",
+            f"{value!r} is not an age: expected a positive number and a unit s, m, h, d or w (30d, 12h, 4w)",
         )
     return dt.timedelta(seconds=int(m.group(1)) * UNITS[m.group(2)])
 
@@ -50,11 +50,13 @@ def _started(record: Mapping[str, Any]) -> dt.datetime:
     return parse_time(record.get("startTime")) or dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
+def _order(record: Mapping[str, Any]) -> tuple[dt.datetime, str]:
+    return _started(record), str(record.get("name"))  # names carry the slot: a tie-break
+
+
 def to_prune(records: Sequence[Mapping[str, Any]], policy: Retention, now: dt.datetime) -> list[str]:
     """Names of the records to prune, oldest first."""
-    done = sorted(
-        (r for r in records if r.get("phase") in ("Succeeded", "Failed")), key=_started, reverse=True
-    )
+    done = sorted((r for r in records if r.get("phase") in ("Succeeded", "Failed")), key=_order, reverse=True)
     succeeded = [r for r in done if r.get("phase") == "Succeeded"]
     failed = [r for r in done if r.get("phase") == "Failed"]
     prune: list[Mapping[str, Any]] = []
@@ -67,4 +69,4 @@ def to_prune(records: Sequence[Mapping[str, Any]], policy: Retention, now: dt.da
         too_old = policy.max_age is not None and now - _started(r) > policy.max_age
         if i >= KEEP_FAILED or too_old:
             prune.append(r)
-    return [str(r["name"]) for r in sorted(prune, key=_started)]
+    return [str(r["name"]) for r in sorted(prune, key=_order)]
