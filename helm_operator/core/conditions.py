@@ -49,6 +49,12 @@ def _condition(
     }
 
 
+def says(condition: Mapping[str, Any] | None, message: str) -> bool:
+    """Whether a stored condition already carries ``message`` (as stored: cut at MESSAGE_MAX), so a
+    repeated outcome is not announced by another Event."""
+    return condition is not None and condition.get("message") == message[:MESSAGE_MAX]
+
+
 def keep_transitions(
     before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:

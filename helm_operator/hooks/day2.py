@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Event, Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Update, merge_conditions, parse_rfc3339
+from helm_operator.core.conditions import Update, merge_conditions, parse_rfc3339, says
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import ACTION_ANNOTATION, FORCE_UNINSTALL_ANNOTATION
 from helm_operator.drift.check import manifest_objects
@@ -237,30 +238,46 @@ class Day2:
         previous = next((c for c in conditions if c.get("type") == CONDITION), None)
         if problems:
             message = "; ".join(problems)
-            changed = (
-                previous is None or previous.get("message") != message[: len(previous.get("message", ""))]
-            )
-            events: list[Event] = [("Warning", "InvalidSpec", message)] if changed else []
+            events: list[Event] = [] if says(previous, message) else [("Warning", "InvalidSpec", message)]
             return [(CONDITION, False, "InvalidSpec", message)], events
         ident = self._ident(watch, body)
         meta = body["metadata"]
+        ns, name = meta.get("namespace"), meta["name"]
         for hook in hooks.schedules:
-            self._start(
-                (ident.owner, f"schedule/{hook.name}"),
-                self._timer(watch, meta.get("namespace"), meta["name"], hook),
-            )
+            tick = functools.partial(self._tick, watch, ns, name, hook)
+            self._start(ident, f"schedule/{hook.name}", tick)
         if (meta.get("annotations") or {}).get(ACTION_ANNOTATION):
-            self._start((ident.owner, "action"), self._action(watch, meta.get("namespace"), meta["name"]))
+            self._start(ident, "action", functools.partial(self._act, watch, ns, name))
         if previous is None or previous.get("reason") == "InvalidSpec":
             return [(CONDITION, True, "SpecValid", "the day-2 hooks accept the spec")], []
         return [], []
 
-    def _start(self, key: tuple[str, str], coro: Any) -> None:
+    def _start(self, ident: ReleaseId, what: str, step: Callable[[], Awaitable[float | None]]) -> None:
+        """Run ``step`` as the resource's task ``what`` unless that task already runs."""
+        key = (ident.owner, what)
         task = self._tasks.get(key)
-        if task is not None and not task.done():
-            coro.close()
-            return
-        self._tasks[key] = asyncio.get_running_loop().create_task(coro)
+        if task is None or task.done():
+            self._tasks[key] = asyncio.get_running_loop().create_task(self._repeat(ident, key, step))
+
+    async def _repeat(
+        self, ident: ReleaseId, key: tuple[str, str], step: Callable[[], Awaitable[float | None]]
+    ) -> None:
+        """Take ``step`` under the release's lock, then wait the seconds it returns, until it
+        returns None. An error ends the task; the next reconcile starts it again."""
+        try:
+            while True:
+                async with self.concurrency.lock(ident.key):
+                    wait = await step()
+                if wait is None:
+                    return
+                await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s of %s stopped (%r); the next reconcile starts it again", key[1], ident.key, exc)
+        finally:
+            if self._tasks.get(key) is asyncio.current_task():
+                self._tasks.pop(key, None)
 
     def forget(self, watch: Watch, namespace: str | None, name: str) -> None:
         """Stop the schedules of a resource that is gone."""
@@ -286,30 +303,6 @@ class Day2:
             await self.reporter.events(self._ref(watch, body), [("Warning", result.reason, result.message)])
         merged = merge_conditions(status.get("conditions") or [], [update], generation, time.time())
         await self.reporter.status(self._ref(watch, body), watch.served_plural, {"conditions": merged})
-
-    async def _timer(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> None:
-        ident = identify(watch, namespace, name)
-        key = (ident.owner, f"schedule/{hook.name}")
-        try:
-            while True:
-                async with self.concurrency.lock(ident.key):
-                    wait = await self._tick(watch, namespace, name, hook)
-                if wait is None:
-                    return
-                await asyncio.sleep(wait)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning(
-                "schedule %s of %s/%s stopped (%r); the next reconcile re-arms it",
-                hook.name,
-                namespace,
-                name,
-                exc,
-            )
-        finally:
-            if self._tasks.get(key) is asyncio.current_task():
-                self._tasks.pop(key, None)
 
     async def _tick(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> float | None:
         """One look at a schedule (under the lock): run it if due. Seconds to wait, or None: stop."""
@@ -369,23 +362,6 @@ class Day2:
         await self._save_task(watch, body, hook, {"active": None, "lastRun": last})
         await self._condition(watch, body, result, f"{hook.name} run {run_as}")
         return 0.0
-
-    async def _action(self, watch: Watch, namespace: str | None, name: str) -> None:
-        ident = identify(watch, namespace, name)
-        try:
-            while True:
-                async with self.concurrency.lock(ident.key):
-                    wait = await self._act(watch, namespace, name)
-                if wait is None:
-                    return
-                await asyncio.sleep(wait)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("action on %s/%s stopped (%r); the next reconcile retries it", namespace, name, exc)
-        finally:
-            if self._tasks.get((ident.owner, "action")) is asyncio.current_task():
-                self._tasks.pop((ident.owner, "action"), None)
 
     async def _act(self, watch: Watch, namespace: str | None, name: str) -> float | None:
         """Run the requested action once (under the lock); acknowledge it in status, then remove

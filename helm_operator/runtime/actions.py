@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmAborted, HelmError
 from helm_operator.adapters.kube import Kube
+from helm_operator.release.identity import ReleaseId
 from helm_operator.release.outcome import Outcome, Remediation
 from helm_operator.release.record import StoredRelease
 from helm_operator.release.state import Action
@@ -30,8 +31,9 @@ class ActionContext:
     abort: asyncio.Event | None = None  # set when the resource is being deleted: stop helm
 
 
-async def read(kube: Kube, t: Target) -> StoredRelease | None:
-    return await asyncio.to_thread(storage.latest_release, kube.core, t.ident.name, t.ident.namespace)
+async def read(kube: Kube, ident: ReleaseId) -> StoredRelease | None:
+    """The release's latest revision in Helm's storage (read in a thread)."""
+    return await asyncio.to_thread(storage.latest_release, kube.core, ident.name, ident.namespace)
 
 
 async def _apply(ctx: ActionContext) -> StoredRelease | None:
@@ -50,7 +52,7 @@ async def _apply(ctx: ActionContext) -> StoredRelease | None:
         tenant=t.tenant,
         abort=ctx.abort,
     )
-    return await read(ctx.kube, t)
+    return await read(ctx.kube, t.ident)
 
 
 def _permanent(exc: HelmError, action: str, t: Target) -> Outcome:
@@ -95,7 +97,7 @@ async def install(ctx: ActionContext) -> Outcome:
             action="install",
             digest=t.digest,
             remediation=cleanup,
-            release=await read(ctx.kube, t),
+            release=await read(ctx.kube, t.ident),
         )
     return _succeeded("install", "InstallSucceeded", "installed revision", rel, t)
 
@@ -119,7 +121,7 @@ async def upgrade(ctx: ActionContext) -> Outcome:
             action="upgrade",
             digest=t.digest,
             remediation=remediation,
-            release=await read(ctx.kube, t),
+            release=await read(ctx.kube, t.ident),
         )
     return _succeeded("upgrade", "UpgradeSucceeded", "upgraded to revision", rel, t)
 
@@ -151,7 +153,7 @@ async def rollback(ctx: ActionContext) -> Outcome:
         action="rollback",
         digest=t.digest,
         remediation=remediation,
-        release=await read(ctx.kube, t),
+        release=await read(ctx.kube, t.ident),
     )
 
 

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.config.watches import Watch, selector_matches
-from helm_operator.core.conditions import Update, keep_transitions, merge_conditions
+from helm_operator.core.conditions import Update, keep_transitions, merge_conditions, says
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
 from helm_operator.hooks.day2 import CONDITION
@@ -224,7 +224,7 @@ class Handlers:
         conditions = status.get("conditions") or []
         generation = int((body.get("metadata") or {}).get("generation") or 0)
         r = exc.result
-        before: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+        before = next((c for c in conditions if c.get("type") == "Ready"), None)
         updates: list[Update] = [
             ("Ready", False, r.reason, r.message),
             ("Stalled", False, r.reason, ""),
@@ -232,9 +232,9 @@ class Handlers:
         ]
         merged = merge_conditions(conditions, updates, generation, time.time())
         await self.runtime.reporter.status(ref, self.watch.served_plural, {"conditions": merged})
-        new = before.get("message") != r.message
+        again = says(before, r.message)
         await self.runtime.reporter.events(
-            ref, [*exc.events, *([("Warning", r.reason, r.message)] if new else [])]
+            ref, [*exc.events, *([] if again else [("Warning", r.reason, r.message)])]
         )
 
 

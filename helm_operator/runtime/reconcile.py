@@ -21,7 +21,7 @@ from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Event, Reporter
 from helm_operator.config.charts import ChartInfo, ChartRef, load_chart
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Update
+from helm_operator.core.conditions import Update, says
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.values import user_values
 from helm_operator.drift.scheduler import DriftChecker
@@ -99,8 +99,7 @@ def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
 
 def _stall(cr: Resource, outcome: Outcome, retry_after: float | None = None) -> Result:
     """A stalled outcome, announced by a Warning once rather than on every resync."""
-    already = _stalled_before(cr, outcome.reason)
-    if already and already.get("message") == outcome.message[: len(already.get("message", ""))]:
+    if says(_stalled_before(cr, outcome.reason), outcome.message):
         return Result(outcome, retry_after=retry_after)
     return Result(outcome, retry_after=retry_after, events=(("Warning", outcome.reason, outcome.message),))
 
@@ -120,7 +119,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     async with rt.concurrency.release(watch.key, key):
         values = user_values(cr.spec, watch.override_values)
         if hooks is not None:
-            translated = await hooks.translate(watch, cr.body, values, await _stored(rt, cr))
+            translated = await hooks.translate(watch, cr.body, values, await read(rt.kube, cr.ident))
             if isinstance(translated, HookResult):
                 return _hook_failed(translated, None)
             values = translated
@@ -170,11 +169,6 @@ HOOK_STAGE: dict[Action, Stage] = {
 }
 
 
-async def _stored(rt: Runtime, cr: Resource) -> StoredRelease | None:
-    ident = cr.ident
-    return await asyncio.to_thread(storage.latest_release, rt.kube.core, ident.name, ident.namespace)
-
-
 def _hook_failed(result: HookResult, digest: str | None) -> Result:
     """A value translator or ``before`` hook failed: no Helm action; retried unless permanent."""
     phase: Phase = "stalled" if result.permanent else "failed"
@@ -192,7 +186,7 @@ async def _decide(
 ) -> tuple[StoredRelease | None, ReleaseState, Plan]:
     """Read Helm's storage and plan; a stale pending-* release is unlocked first, then re-planned."""
     for _ in range(3):
-        release = await read(rt.kube, target)
+        release = await read(rt.kube, target.ident)
         state = determine_state(release, target.digest, target.ident.owner)
         p = plan(
             state,
@@ -316,7 +310,7 @@ async def finalize(
     hooks = rt.day2 if body is not None and rt.day2 is not None and rt.day2.of(watch) is not None else None
     events: list[Event] = []
     async with rt.concurrency.release(watch.key, ident.key):
-        release = await asyncio.to_thread(storage.latest_release, rt.kube.core, ident.name, ident.namespace)
+        release = await read(rt.kube, ident)
         if release is None:
             return f"release {ident.name} already gone", events
         if release.owner != ident.owner:
