@@ -22,9 +22,10 @@ demo: venv tools
 	$(BIN)/helm-operator dev demo $(ARGS)
 
 lint: venv
-	$(BIN)/ruff check helm_operator tests bench
-	$(BIN)/ruff format --check helm_operator tests bench
+	$(BIN)/ruff check helm_operator hooks tests bench
+	$(BIN)/ruff format --check helm_operator hooks tests bench
 	$(BIN)/mypy
+	$(BIN)/mypy --strict hooks
 
 unit: venv
 	$(BIN)/pytest tests/unit -q
