@@ -48,3 +48,23 @@ def test_the_shipped_watches_file_is_valid() -> None:
         "Nginx",
     }
     assert kinds["Nginx"].plural is None  # resolved against the API server at start-up
+
+
+def test_unknown_hook_module_or_bad_hook_exits_2_naming_it(tmp_path: Path) -> None:
+    """Hook modules load before any cluster is contacted: the error names the module, or the file,
+    line and function."""
+    chart = Path(__file__).resolve().parents[2] / "charts/memcached"
+    watches = tmp_path / "watches.yaml"
+    watches.write_text(f"- {{group: g, version: v1, kind: A, chart: {chart}, hooks: no_such.hooks}}\n")
+    proc = run("run", "--watches-file", str(watches))
+    assert proc.returncode == 2
+    assert "helm-operator: invalid hooks: hook module 'no_such.hooks' not found" in proc.stderr
+
+    (tmp_path / "day2.py").write_text(
+        "from helm_operator.hooks import Hooks\nhooks = Hooks()\n\n"
+        "@hooks.before('install')\ndef check(ctx):\n    pass\n"
+    )
+    watches.write_text(f"- {{group: g, version: v1, kind: A, chart: {chart}, hooks: day2.py}}\n")
+    proc = run("run", "--watches-file", str(watches))
+    assert proc.returncode == 2
+    assert f"{tmp_path / 'day2.py'}:4: function check: a hook must be an `async def`" in proc.stderr
