@@ -1,24 +1,35 @@
-"""Day-2 hooks of PostgreSQLCluster: scheduled and on-demand backups with retention, and a final
-backup before the release is uninstalled.
+"""Day-2 hooks of PostgreSQLCluster: scheduled and on-demand backups with retention, a final
+backup before the release is uninstalled, restore into a new cluster, and primary failover.
 
 Backups are ``pg_dump`` Jobs writing ``<backup>.sql.gz`` to the PersistentVolumeClaim
-``<cluster>-backups``, which is not owned by the cluster (the backups outlive it).
+``<cluster>-backups``, which is not owned by the cluster (the backups outlive it). A restore runs
+before the StatefulSet exists: a Job builds instance 0's data volume from the dump. The primary
+is the Pod labelled ``postgresql.example.com/role=primary`` (the client Service selects it); when
+it is not Ready for ``failoverDelay`` the Ready standby with the lowest ordinal is promoted (the
+chart's instances watch their own labels and run ``pg_ctl promote``).
 
 Spec fields used: ``backup.schedule`` (5-field cron), ``backup.retention`` (30d, 12h, 4w),
-``backup.maxBackups``, ``backup.storage`` (size of the backup volume, default 1Gi).
-Annotation ``helm-operator.io/skip-final-backup: "true"`` skips the final backup.
+``backup.maxBackups``, ``backup.storage`` (size of the backup volume, default 1Gi),
+``restore.fromBackup`` (a backup name another cluster recorded, or ``pvc://<claim>/<file>``),
+``failoverDelay`` (30s, 2m; default 30s). Annotations: ``helm-operator.io/skip-final-backup:
+"true"`` skips the final backup; ``helm-operator.io/action: switchover=<pod>`` moves the primary.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helm_operator.hooks import Context, Hooks, bounded
-from helm_operator.hooks.builtin import backup
+from helm_operator.hooks import Context, Hooks, InvalidSpec, PermanentError, TemporaryError, bounded
+from helm_operator.hooks.builtin import backup, failover, primary
 from helm_operator.hooks.builtin.retention import Retention, parse_age, parse_count
+from helm_operator.hooks.schedule import parse_time
 
 SKIP_FINAL_BACKUP = "helm-operator.io/skip-final-backup"
+ROLE = "postgresql.example.com/role"
+DEFAULT_FAILOVER_DELAY = 30.0
 
 hooks = Hooks()
 
@@ -31,8 +42,21 @@ def retention(spec: Mapping[str, Any]) -> Retention:
     )
 
 
+def failover_delay(spec: Mapping[str, Any]) -> float:
+    raw = spec.get("failoverDelay")
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return float(raw)
+    age = parse_age(raw, "spec.failoverDelay")
+    return age.total_seconds() if age is not None else DEFAULT_FAILOVER_DELAY
+
+
 def claim(ctx: Context) -> str:
     return bounded(ctx.name, "backups")
+
+
+def statefulset(ctx: Context) -> str:
+    """The chart's StatefulSet name (``postgresqlcluster.fullname``)."""
+    return ctx.release_name[:52].rstrip("-")
 
 
 def _pod(ctx: Context, name: str, script: str) -> dict[str, Any]:
@@ -95,6 +119,10 @@ async def _backup(ctx: Context, name: str) -> None:
 @hooks.validate()
 async def check_backup_policy(ctx: Context) -> None:
     retention(ctx.spec)
+    failover_delay(ctx.spec)
+    source = (ctx.spec.get("restore") or {}).get("fromBackup")
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        raise InvalidSpec("spec.restore.fromBackup", f"must name a backup or a location, not {source!r}")
 
 
 @hooks.schedule("backup", cron="spec.backup.schedule")
@@ -115,3 +143,98 @@ async def final_backup(ctx: Context) -> None:
         await ctx.event("FinalBackupSkipped", f"{SKIP_FINAL_BACKUP}=true: no final backup")
         return
     await _backup(ctx, bounded(f"{ctx.name}-final", ctx.uid[:8] or "0"))
+
+
+# --- restore -----------------------------------------------------------------------------------
+
+
+def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
+    """Initialise instance 0's data directory from a dump (the database is not running yet)."""
+    claim_name, _, file = location.removeprefix("pvc://").partition("/")
+    job = _job(
+        ctx,
+        name,
+        "restore",
+        """
+        if [ -s "$PGDATA/PG_VERSION" ]; then echo "$PGDATA already holds a database" >&2; exit 1; fi
+        mkdir -p "$PGDATA" && chown postgres:postgres "$PGDATA" && chmod 0700 "$PGDATA"
+        gosu postgres initdb -D "$PGDATA" -U "$PGUSER"
+        gosu postgres pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start
+        gosu postgres createdb -h /var/run/postgresql -U "$PGUSER" "$PGDATABASE" || true
+        gunzip -c "/backups/$SOURCE" | gosu postgres psql -h /var/run/postgresql -v ON_ERROR_STOP=1 \
+          -U "$PGUSER" -d "$PGDATABASE"
+        gosu postgres pg_ctl -D "$PGDATA" -m fast -w stop
+        """,
+    )
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    container["env"] += [
+        {"name": "SOURCE", "value": file},
+        {"name": "PGDATA", "value": "/var/lib/postgresql/pgdata"},
+    ]
+    container["volumeMounts"].append({"name": "data", "mountPath": "/var/lib/postgresql"})
+    pod["volumes"] = [
+        {"name": "backups", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{statefulset(ctx)}-0"}},
+    ]
+    pod["securityContext"] = {"fsGroup": 999}
+    return job
+
+
+@hooks.before("install", timeout=120)
+async def restore_from_backup(ctx: Context) -> None:
+    """Before the StatefulSet exists: fill instance 0's volume from the backup (the install waits)."""
+    source = (ctx.spec.get("restore") or {}).get("fromBackup")
+    if not source or backup.restored(ctx, str(source).strip()):
+        return
+    found = await backup.find(ctx, str(source).strip())
+    location = str(found["location"])
+    if not location.startswith("pvc://") or "/" not in location.removeprefix("pvc://"):
+        raise PermanentError(
+            f"spec.restore.fromBackup: cannot restore from {location}: expected pvc://<claim>/<file>"
+        )
+    values = ctx.values or dict(ctx.spec)
+    size = str(values.get("storage") or "8Gi")
+    await backup.ensure_claim(
+        ctx, f"data-{statefulset(ctx)}-0", size, values.get("storageClassName") or None, role="data"
+    )
+    digest = hashlib.sha256(location.encode()).hexdigest()[:6]
+    name = bounded(f"{ctx.name}-restore", f"{ctx.uid[:8] or '0'}-{digest}")
+    await backup.restore(ctx, found, restore_job(ctx, name, location))
+
+
+# --- primary election and switchover ------------------------------------------------------------
+
+
+def database_pod(pod: Mapping[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "database"
+
+
+@hooks.watch("v1", "Pod", when=database_pod)
+async def elect_primary(ctx: Context) -> None:
+    """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``."""
+    members = failover.members([p for p in ctx.objects if database_pod(p)], ROLE)
+    now = dt.datetime.now(dt.UTC)
+    election = primary.elect(
+        members,
+        ctx.day2.get(failover.CURRENT),
+        failover_delay(ctx.spec),
+        now,
+        parse_time(ctx.day2.get(failover.UNREADY_SINCE)),
+    )
+    await failover.apply(ctx, election, ROLE)
+    if election.wait is not None:
+        raise TemporaryError(election.reason, delay=election.wait)
+
+
+@hooks.action("switchover")
+async def switchover(ctx: Context) -> None:
+    """``helm-operator.io/action: switchover=<pod>``: make that Ready standby the primary."""
+    if not ctx.argument:
+        raise PermanentError("switchover needs the Pod to promote: switchover=<pod>")
+    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels={"helm-operator.io/owner": ctx.owner})
+    try:
+        election = primary.switch(failover.members([p for p in pods if database_pod(p)], ROLE), ctx.argument)
+    except ValueError as exc:
+        raise PermanentError(f"switchover: {exc}") from None
+    await failover.apply(ctx, election, ROLE)

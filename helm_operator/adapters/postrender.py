@@ -4,9 +4,10 @@ Runs on every object Helm renders (hooks included: Helm 4 and Helm 3.21+ post-re
 Helm creates anything. An object outside what the Watch allows fails the render with a line per
 object (``NamespaceViolation: …`` / ``ClusterScopedNotAllowed: …``), which the operator turns into
 a ``Stalled`` condition. Otherwise it adds the owner label (what the dependent watches select on,
-server-side) and, where Kubernetes allows it, an ownerReference to the resource so garbage
-collection also works: never on cluster-scoped kinds (their scope comes from API discovery, and
-from CRDs rendered alongside), nor on objects annotated ``helm.sh/resource-policy: keep``.
+server-side; also on pod templates, so the Pods of a workload can be watched the same way) and,
+where Kubernetes allows it, an ownerReference to the resource so garbage collection also works:
+never on cluster-scoped kinds (their scope comes from API discovery, and from CRDs rendered
+alongside), nor on objects annotated ``helm.sh/resource-policy: keep``.
 
 Helm 3 runs a post-renderer executable found on ``PATH``; Helm 4 runs a ``postrender/v1`` plugin
 found through ``HELM_PLUGINS``. ``install()`` lays out both under one name, so the same
@@ -31,6 +32,33 @@ from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_w
 NAME = "helm-operator-postrender"
 EXIT_VIOLATION = 3
 
+# Where a kind keeps the template of the Pods it creates. A plain Job is left out: its template is
+# immutable, so labelling the template of a Job an earlier release created would fail the upgrade
+# (a Helm hook Job is created anew each time, and is labelled).
+POD_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "Job": ("spec", "template"),
+}
+
+
+def _label_pod_template(doc: dict[str, Any], owner: str) -> None:
+    path = POD_TEMPLATES.get(str(doc.get("kind")))
+    meta = doc.get("metadata") or {}
+    if path is None or (doc["kind"] == "Job" and "helm.sh/hook" not in (meta.get("annotations") or {})):
+        return
+    node: Any = doc
+    for part in path:
+        if not isinstance(node, dict) or not isinstance(node.get(part), dict):
+            return
+        node = node[part]
+    template_meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
+    template_meta["labels"] = {**(template_meta.get("labels") or {}), OWNER_LABEL: owner}
+    node["metadata"] = template_meta
+
 
 def mark(
     docs: Iterable[Any],
@@ -39,7 +67,8 @@ def mark(
     namespace: str | None,
     scopes: Scopes,
 ) -> list[dict[str, Any]]:
-    """Add the owner label to every object and the ownerReference where it can resolve."""
+    """Add the owner label to every object (and pod template) and the ownerReference where it can
+    resolve."""
     out = []
     for doc in docs:
         if not isinstance(doc, dict) or "kind" not in doc:
@@ -49,6 +78,7 @@ def mark(
         labels = meta.get("labels") or {}
         labels[OWNER_LABEL] = owner
         meta["labels"] = labels
+        _label_pod_template(doc, owner)
         keep = (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep"
         same_namespace = meta.get("namespace") in (None, namespace)
         if owner_ref and not keep and same_namespace and namespaced(doc, scopes):

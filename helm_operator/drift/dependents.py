@@ -64,7 +64,7 @@ def relist_changes(old: Mapping[tuple[str, str], Entry], new: Mapping[tuple[str,
     return {o for o in owners if o}
 
 
-class _KindWatch:
+class KindWatch:
     def __init__(self, kube: Kube, kind: Kind, notify: Callable[[str], object]) -> None:
         self.kube, self.kind, self.notify = kube, kind, notify
         self.cache: dict[tuple[str, str], Entry] = {}  # (namespace, name) -> (signature, owner)
@@ -109,18 +109,7 @@ class _KindWatch:
         res = self.kube.resource(*self.kind)
         listing = res.get(label_selector=SELECTOR)
         self._recovered()
-        fresh = {
-            (i["metadata"].get("namespace") or "", i["metadata"]["name"]): (
-                signature(i),
-                (i["metadata"].get("labels") or {}).get(OWNER_LABEL),
-            )
-            for i in (item.to_dict() for item in listing.items)
-        }
-        changed = relist_changes(self.cache, fresh)  # empty on the first listing
-        self.cache = fresh
-        for owner in changed:
-            self.notify(owner)
-        DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
+        self._listed([item.to_dict() for item in listing.items])
         rv = listing.metadata.resourceVersion
         w = k8s_watch.Watch()
         while not self.stopped.is_set():
@@ -137,6 +126,21 @@ class _KindWatch:
                         raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
                     continue
                 self._handle(event["type"], obj)
+
+    def _listed(self, items: list[dict[str, Any]]) -> None:
+        """A full listing (at start, and after a watch gap): owners whose objects changed meanwhile."""
+        fresh = {
+            (i["metadata"].get("namespace") or "", i["metadata"]["name"]): (
+                signature(i),
+                (i["metadata"].get("labels") or {}).get(OWNER_LABEL),
+            )
+            for i in items
+        }
+        changed = relist_changes(self.cache, fresh)  # empty on the first listing
+        self.cache = fresh
+        for owner in changed:
+            self.notify(owner)
+        DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
 
     def _handle(self, etype: str, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
@@ -171,7 +175,7 @@ class DependentWatches:
         self.kube = kube
         self.notify = notify
         self._uses: dict[str, set[Kind]] = {}
-        self._watches: dict[Kind, _KindWatch] = {}
+        self._watches: dict[Kind, KindWatch] = {}
         self._lock = threading.Lock()
 
     def use(self, owner: str, kinds: Iterable[Kind]) -> None:
@@ -188,7 +192,7 @@ class DependentWatches:
         wanted: set[Kind] = set().union(*self._uses.values()) if self._uses else set()
         for kind in wanted - set(self._watches):
             log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], SELECTOR)
-            self._watches[kind] = _KindWatch(self.kube, kind, self.notify)
+            self._watches[kind] = KindWatch(self.kube, kind, self.notify)
             self._watches[kind].start()
         for kind in set(self._watches) - wanted:
             log.info("no release uses %s %s any more: watch stopped", kind[0], kind[1])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from helm_operator.core.naming import owner_id
+from helm_operator.core.naming import owner_id, release_name
 
 DRIFT_PAUSED = "driftPaused"  # status.day2 key: why drift correction is paused (absent: it is not)
 
@@ -163,6 +163,8 @@ class Context:
     run: str = ""  # a scheduled task's or action's run name: deterministic, so reruns can adopt it
     scheduled_time: dt.datetime | None = None  # the cron slot a scheduled run is for (UTC)
     argument: str = ""  # an action's argument (``switchover=<pod>``: the pod)
+    objects: Sequence[Mapping[str, Any]] = ()  # a watch hook: the watched objects of this resource
+    changed: Mapping[str, Any] | None = None  # a watch hook: the object that changed (None: a resync)
     deadline: float | None = None  # loop time when the hook will be cancelled
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -184,6 +186,11 @@ class Context:
         """The resource's owner id (the value of the owner label on everything its release made)."""
         group = str(self.resource["apiVersion"]).rpartition("/")[0]
         return owner_id(group, str(self.resource["kind"]), self.namespace or "", self.name)
+
+    @property
+    def release_name(self) -> str:
+        """The Helm release's name (``.Release.Name`` in the chart)."""
+        return release_name(self.name)
 
     @property
     def spec(self) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ of another resource. What they did is written to ``status.day2`` and told by Eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import datetime as dt
 import functools
@@ -28,6 +29,7 @@ from helm_operator.core.conditions import Update, merge_conditions, parse_rfc333
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import ACTION_ANNOTATION, FORCE_UNINSTALL_ANNOTATION
 from helm_operator.drift.check import manifest_objects
+from helm_operator.drift.dependents import Kind
 from helm_operator.hooks.context import DRIFT_PAUSED, Context, Day2Status, Release, frozen, lookup
 from helm_operator.hooks.errors import InvalidSpec
 from helm_operator.hooks.kubeclient import AsyncKube
@@ -38,10 +40,12 @@ from helm_operator.hooks.schedule import (
     TaskState,
     bounded,
     check_cron,
+    check_interval,
     decide,
     rfc3339,
     run_name,
 )
+from helm_operator.hooks.watchers import ObjectWatches
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.record import StoredRelease
 
@@ -87,6 +91,16 @@ def parse_action(value: str) -> tuple[str, str]:
     return verb.strip(), argument.strip()
 
 
+def schedule_of(hook: Hook, body: Mapping[str, Any]) -> str | None:
+    """The schedule a resource gives a task (cron, or ``@every Ns``), None if it gives none;
+    ``InvalidSpec`` if it is wrong."""
+    path = hook.cron or hook.every
+    raw = lookup(body, path)
+    if raw is None or (hook.every and raw in (0, "0")):  # an interval of 0: off
+        return None
+    return check_cron(raw, path) if hook.cron else check_interval(raw, path)
+
+
 @dataclass
 class Day2:
     hooks: Mapping[str, Hooks]  # watch key -> the module's hooks
@@ -96,6 +110,11 @@ class Day2:
     pause: Callable[[str, str | None], None] = lambda owner, why: None
     client: Any = None
     _tasks: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+    _wake: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    _owners: dict[str, tuple[Watch, str | None, str]] = field(default_factory=dict)
+    _changed: dict[tuple[str, str], Mapping[str, Any] | None] = field(default_factory=dict)
+    _objects: ObjectWatches | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -123,6 +142,8 @@ class Day2:
         run_as: str = "",
         scheduled: dt.datetime | None = None,
         argument: str = "",
+        objects: Sequence[Mapping[str, Any]] = (),
+        changed: Mapping[str, Any] | None = None,
     ) -> Context:
         ref = self._ref(watch, body)
         owner = self._ident(watch, body).owner
@@ -142,6 +163,8 @@ class Day2:
             run=run_as,
             scheduled_time=scheduled,
             argument=argument,
+            objects=tuple(frozen(o) for o in objects),
+            changed=frozen(changed) if changed is not None else None,
         )
 
     # --- around Helm actions (called by the reconcile, under the release's lock) -----------------
@@ -211,11 +234,8 @@ class Day2:
         problems = []
         hooks = self.of(watch) or Hooks()
         for hook in hooks.schedules:
-            expr = lookup(body, hook.cron)
-            if expr is None:
-                continue
             try:
-                check_cron(expr, hook.cron)
+                schedule_of(hook, body)
             except InvalidSpec as exc:
                 problems.append(str(exc))
         for hook in hooks.of("validate"):
@@ -246,6 +266,12 @@ class Day2:
         for hook in hooks.schedules:
             tick = functools.partial(self._tick, watch, ns, name, hook)
             self._start(ident, f"schedule/{hook.name}", tick)
+        watched = hooks.of("watch")
+        if watched and ident.owner not in self._owners:
+            self._owners[ident.owner] = (watch, ns, name)
+            for kind in {h.watched for h in watched if h.watched}:
+                self._watches().ensure(kind)
+                self._object_changed(ident.owner, kind, None)  # first look: the state as it is now
         if (meta.get("annotations") or {}).get(ACTION_ANNOTATION):
             self._start(ident, "action", functools.partial(self._act, watch, ns, name))
         if previous is None or previous.get("reason") == "InvalidSpec":
@@ -253,24 +279,31 @@ class Day2:
         return [], []
 
     def _start(self, ident: ReleaseId, what: str, step: Callable[[], Awaitable[float | None]]) -> None:
-        """Run ``step`` as the resource's task ``what`` unless that task already runs."""
+        """Run ``step`` as the resource's task ``what``; if that task already runs, wake it from
+        its wait, so it looks again now."""
         key = (ident.owner, what)
         task = self._tasks.get(key)
         if task is None or task.done():
+            self._wake[key] = asyncio.Event()
             self._tasks[key] = asyncio.get_running_loop().create_task(self._repeat(ident, key, step))
+        else:
+            self._wake[key].set()
 
     async def _repeat(
         self, ident: ReleaseId, key: tuple[str, str], step: Callable[[], Awaitable[float | None]]
     ) -> None:
         """Take ``step`` under the release's lock, then wait the seconds it returns, until it
         returns None. An error ends the task; the next reconcile starts it again."""
+        wake = self._wake[key]
         try:
             while True:
+                wake.clear()
                 async with self.concurrency.lock(ident.key):
                     wait = await step()
-                if wait is None:
+                if wait is None and not wake.is_set():
                     return
-                await asyncio.sleep(wait)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), wait or 0.0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -278,12 +311,62 @@ class Day2:
         finally:
             if self._tasks.get(key) is asyncio.current_task():
                 self._tasks.pop(key, None)
+                self._wake.pop(key, None)
 
     def forget(self, watch: Watch, namespace: str | None, name: str) -> None:
-        """Stop the schedules of a resource that is gone."""
+        """Stop the schedules and watch hooks of a resource that is gone."""
         owner = identify(watch, namespace, name).owner
+        self._owners.pop(owner, None)
         for key in [k for k in self._tasks if k[0] == owner]:
             self._tasks.pop(key).cancel()
+            self._wake.pop(key, None)
+
+    def stop(self) -> None:
+        if self._objects is not None:
+            self._objects.stop()
+
+    # --- watch hooks -----------------------------------------------------------------------------
+
+    def _watches(self) -> ObjectWatches:
+        if self._objects is None:
+            self._loop = asyncio.get_running_loop()
+            loop = self._loop
+
+            def changed(owner: str, kind: Kind, obj: Mapping[str, Any] | None) -> None:
+                loop.call_soon_threadsafe(self._object_changed, owner, kind, obj)
+
+            self._objects = ObjectWatches(self.kube, changed)
+        return self._objects
+
+    def _object_changed(self, owner: str, kind: Kind, obj: Mapping[str, Any] | None) -> None:
+        """On the loop: start (or wake) the watch hooks of ``owner`` that this change concerns."""
+        entry = self._owners.get(owner)
+        if entry is None:
+            return
+        watch, ns, name = entry
+        for hook in (self.of(watch) or Hooks()).of("watch"):
+            if hook.watched != kind:
+                continue
+            if obj is not None and hook.when is not None and not hook.when(frozen(obj)):
+                continue
+            self._changed[(owner, hook.name)] = obj
+            step = functools.partial(self._watched, watch, ns, name, hook)
+            self._start(identify(watch, ns, name), f"watch/{hook.name}", step)
+
+    async def _watched(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> float | None:
+        """Run a watch hook once (under the lock) with the objects as the watch sees them now."""
+        body = await self._fresh(watch, namespace, name)
+        if body is None:
+            return None
+        owner = self._ident(watch, body).owner
+        changed = self._changed.pop((owner, hook.name), None)
+        assert hook.watched is not None
+        objects = self._watches().of(owner, hook.watched)
+        result = await run(hook, self.context(watch, body, objects=objects, changed=changed))
+        if result.reason == "HookRetrying":
+            return result.retry_after
+        await self._condition(watch, body, result, hook.label, quiet=True)
+        return None if result.ok else result.retry_after
 
     async def _fresh(self, watch: Watch, namespace: str | None, name: str) -> dict[str, Any] | None:
         ref = ObjectRef(watch.api_version, watch.kind, name, namespace)
@@ -292,10 +375,17 @@ class Day2:
             return None
         return body
 
-    async def _condition(self, watch: Watch, body: Mapping[str, Any], result: HookResult, what: str) -> None:
-        """Record the outcome of a scheduled run or action in the ``Day2`` condition (+ an Event)."""
+    async def _condition(
+        self, watch: Watch, body: Mapping[str, Any], result: HookResult, what: str, quiet: bool = False
+    ) -> None:
+        """Record the outcome of a scheduled run, action or watch hook in the ``Day2`` condition
+        (+ an Event on failure). ``quiet``: a success is written only over a failure."""
         status = body.get("status") or {}
         generation = int(body["metadata"].get("generation") or 0)
+        if quiet and result.ok:
+            current = next((c for c in status.get("conditions") or [] if c.get("type") == CONDITION), None)
+            if current is None or current.get("status") == "True":
+                return
         if result.ok:
             update: Update = (CONDITION, True, "Succeeded", f"{what} succeeded")
         else:
@@ -309,13 +399,12 @@ class Day2:
         body = await self._fresh(watch, namespace, name)
         if body is None:
             return None
-        expr = lookup(body, hook.cron)
-        if expr is None:
-            return None
         try:
-            expr = check_cron(expr, hook.cron)
+            expr = schedule_of(hook, body)
         except InvalidSpec:
             return None  # the reconcile reports it on the Day2 condition
+        if expr is None:
+            return None
         day2 = (body.get("status") or {}).get("day2") or {}
         state = TaskState.from_status((day2.get("schedules") or {}).get(hook.name))
         if state.active:  # a run the operator did not see finish (a restart): resume it, same name

@@ -103,8 +103,10 @@ def check(module: ModuleType, hooks: Hooks) -> None:
             if key in seen:
                 raise HookLoadError(f"{where}: {hook.kind} {hook.name!r} is already defined by {seen[key]}")
             seen[key] = where
-        if hook.kind == "schedule" and not hook.cron.startswith("spec."):
-            raise HookLoadError(f"{where}: cron must name a field of the spec, like 'spec.backup.schedule'")
+        if hook.kind == "schedule" and not (hook.cron or hook.every).startswith("spec."):
+            field = "cron" if hook.cron else "every"
+            example = "spec.backup.schedule"
+            raise HookLoadError(f"{where}: {field} must name a field of the spec, like {example!r}")
 
 
 def load(spec: str, base: Path) -> Hooks:

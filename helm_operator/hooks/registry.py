@@ -25,12 +25,15 @@ DEFAULT_TIMEOUT = 300.0  # seconds a hook may run before it is cancelled
 class Hook:
     """One registered hook: what it reacts to, the function, and its limits."""
 
-    kind: str  # "values", "validate", "before", "after", "schedule", "action"
+    kind: str  # "values", "validate", "before", "after", "schedule", "action", "watch"
     fn: Callable[..., Any]
     timeout: float = DEFAULT_TIMEOUT
     stage: Stage | None = None  # before/after
     name: str = ""  # schedule: the task's name (in status and run names); action: the verb
     cron: str = ""  # schedule: dotted path of the cron expression in the resource, e.g. spec.backup.schedule
+    every: str = ""  # schedule: dotted path of an interval in seconds instead of a cron
+    watched: tuple[str, str] | None = None  # watch: (apiVersion, kind) of the release's objects
+    when: Callable[[Any], bool] | None = None  # watch: which changed objects call the hook
     block_for: float | None = None  # before uninstall: give up blocking the deletion after this long
 
     @property
@@ -100,12 +103,39 @@ class Hooks:
 
         return deco
 
-    def schedule(self, name: str, *, cron: str, timeout: float = 3600.0) -> Callable[[F], F]:
+    def schedule(
+        self, name: str, *, cron: str = "", every: str = "", timeout: float = 3600.0
+    ) -> Callable[[F], F]:
         """A task run on the standard 5-field cron found at ``cron`` (a dotted path in the
-        resource, e.g. ``spec.backup.schedule``); no schedule there, no runs."""
+        resource, e.g. ``spec.backup.schedule``), or every N seconds read from ``every`` (e.g.
+        ``spec.backup.backupIntervalInSecond``); nothing there, no runs."""
+        if bool(cron) == bool(every):
+            raise ValueError(f"schedule {name!r}: give exactly one of cron= or every=")
 
         def deco(fn: F) -> F:
-            self._add(Hook("schedule", fn, timeout, name=name, cron=cron))
+            self._add(Hook("schedule", fn, timeout, name=name, cron=cron, every=every))
+            return fn
+
+        return deco
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        when: Callable[[Any], bool] | None = None,
+        timeout: float = 60.0,
+    ) -> Callable[[F], F]:
+        """Runs when an object of this kind that the release made changes (its Pods too: the
+        owner label is put on pod templates), including status changes such as readiness.
+
+        ``ctx.objects`` holds every such object of the resource (from the watch's cache) and
+        ``ctx.changed`` the one that changed; ``when`` picks the changes that matter. Changes
+        that arrive while the hook runs call it once more afterwards; raising ``TemporaryError``
+        calls it again after the delay (e.g. to act when a grace period is over)."""
+
+        def deco(fn: F) -> F:
+            self._add(Hook("watch", fn, timeout, name=fn.__name__, watched=(api_version, kind), when=when))
             return fn
 
         return deco

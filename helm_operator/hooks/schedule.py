@@ -1,9 +1,11 @@
-"""Cron schedules of scheduled hooks: validation, the next slot, and whether a run is due (pure).
+"""Schedules of scheduled hooks: validation, the next slot, and whether a run is due (pure).
 
-Times are UTC. The state of a task lives in ``status.day2.schedules.<task>``, written *before* a
-run starts, so an operator restart resumes a run in progress (same run name) instead of starting
-a second one, and runs a slot that passed while it was down exactly once. Several missed slots
-collapse into one run, for the most recent of them.
+A schedule is a standard 5-field cron expression (croniter) or a fixed interval, written
+``@every <seconds>s``, whose slots are multiples of the interval since the Unix epoch (so they
+are the same after a restart). Times are UTC. The state of a task lives in
+``status.day2.schedules.<task>``, written *before* a run starts, so an operator restart resumes a
+run in progress (same run name) instead of starting a second one, and runs a slot that passed
+while it was down exactly once. Several missed slots collapse into one run, for the latest.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ FIELDS = "minute hour day-of-month month day-of-week"
 NICKNAMES = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 MAX_NAME = 63  # Job names end up in a pod label, limited to 63 characters
 MISSED_COUNT_CAP = 1000
+EVERY = "@every "
+MIN_INTERVAL = 10  # seconds: a shorter interval would start runs faster than their state is written
 
 
 def check_cron(expr: Any, path: str) -> str:
@@ -45,14 +49,36 @@ def check_cron(expr: Any, path: str) -> str:
     return text
 
 
+def check_interval(seconds: Any, path: str) -> str:
+    """An interval in whole seconds as the schedule ``@every <n>s``, or a precise ``InvalidSpec``."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | str):
+        raise InvalidSpec(path, f"must be a whole number of seconds, not {seconds!r}")
+    text = str(seconds).strip()
+    if not text.isdigit():
+        raise InvalidSpec(path, f"must be a whole number of seconds, not {seconds!r}")
+    if int(text) < MIN_INTERVAL:
+        raise InvalidSpec(path, f"{text}s is too short; at least {MIN_INTERVAL}s")
+    return f"{EVERY}{int(text)}s"
+
+
+def _interval(expr: str) -> int | None:
+    return int(expr[len(EVERY) : -1]) if expr.startswith(EVERY) else None
+
+
 def slot_after(expr: str, t: dt.datetime) -> dt.datetime:
     """The first slot strictly after ``t``."""
+    step = _interval(expr)
+    if step is not None:
+        return dt.datetime.fromtimestamp((int(t.timestamp()) // step + 1) * step, dt.UTC)
     nxt: dt.datetime = croniter(expr, t).get_next(dt.datetime)
     return nxt.replace(fold=0)
 
 
 def slot_at_or_before(expr: str, t: dt.datetime) -> dt.datetime:
     """The latest slot at or before ``t``."""
+    step = _interval(expr)
+    if step is not None:
+        return dt.datetime.fromtimestamp(int(t.timestamp()) // step * step, dt.UTC)
     if croniter.match(expr, t.replace(second=0, microsecond=0)) and t.second == 0 and t.microsecond == 0:
         return t
     prev: dt.datetime = croniter(expr, t).get_prev(dt.datetime)
@@ -121,9 +147,9 @@ _UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
 def run_name(resource: str, task: str, slot: dt.datetime) -> str:
-    """``<resource>-<task>-<YYYYMMDDHHMM>``: the same for every attempt at one slot, unique
-    across slots; shortened with a stable hash to fit a Job name."""
-    stamp = slot.astimezone(dt.UTC).strftime("%Y%m%d%H%M")
+    """``<resource>-<task>-<YYYYMMDDHHMM>`` (``…SS`` for a slot off the minute): the same for every
+    attempt at one slot, unique across slots; shortened with a stable hash to fit a Job name."""
+    stamp = slot.astimezone(dt.UTC).strftime("%Y%m%d%H%M" if slot.second == 0 else "%Y%m%d%H%M%S")
     return bounded(f"{resource}-{task}", stamp)
 
 

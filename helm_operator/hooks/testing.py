@@ -44,6 +44,12 @@ def fail_jobs(obj: dict[str, Any]) -> None:
         }
 
 
+class NotFound(LookupError):
+    """What the fake raises for a missing object (``status`` 404, as the API's errors carry)."""
+
+    status = 404
+
+
 class FakeKube:
     """In-memory :class:`~helm_operator.hooks.context.KubeClient` that records operations."""
 
@@ -95,7 +101,7 @@ class FakeKube:
         self.operations.append(("patch", kind, name))
         key = (api_version, kind, namespace, name)
         if key not in self.objects:
-            raise LookupError(f"{kind} {name} not found")
+            raise NotFound(f"{kind} {name} not found")
         self.objects[key] = _merge(self.objects[key], thawed(patch))
         return copy.deepcopy(self.objects[key])
 
@@ -191,8 +197,14 @@ class Harness:
         run_as: str = "",
         argument: str = "",
         scheduled: dt.datetime | None = None,
+        changed: Mapping[str, Any] | None = None,
     ) -> Outcome:
+        """Run one hook. A watch hook sees the fake's objects of the kind it watches (so what an
+        earlier run changed, e.g. a label, is seen by the next)."""
         hook = self.find(kind, stage, name)
+        watched = [
+            o for o in self.kube.objects.values() if hook.watched == (o.get("apiVersion"), o.get("kind"))
+        ]
         saved, events = _Saved(), _Events()
         status = self.resource.setdefault("status", {})
         ctx = Context(
@@ -206,6 +218,8 @@ class Harness:
             run=run_as,
             scheduled_time=scheduled,
             argument=argument,
+            objects=tuple(frozen(o) for o in watched),
+            changed=frozen(changed) if changed is not None else None,
         )
         before = len(self.kube.operations)
         result = await run(hook, ctx)

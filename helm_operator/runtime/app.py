@@ -187,6 +187,8 @@ class App:
         def _cleanup(**_: Any) -> None:
             runtime.draining = True
             self.dependents.stop()
+            if runtime.day2 is not None:
+                runtime.day2.stop()
 
         for watch in watches:
             register(watch, runtime, registry, drift)

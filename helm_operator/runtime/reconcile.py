@@ -170,7 +170,12 @@ HOOK_STAGE: dict[Action, Stage] = {
 
 
 def _hook_failed(result: HookResult, digest: str | None) -> Result:
-    """A value translator or ``before`` hook failed: no Helm action; retried unless permanent."""
+    """A value translator or ``before`` hook failed: no Helm action; retried unless permanent.
+    A hook that asked to be called again (``TemporaryError``, e.g. a restore Job still running)
+    holds the action back: progressing, no Warning."""
+    if result.reason == "HookRetrying":
+        waiting = Outcome("progressing", result.reason, result.message, digest=digest)
+        return Result(waiting, retry_after=result.retry_after)
     phase: Phase = "stalled" if result.permanent else "failed"
     outcome = Outcome(phase, result.reason, result.message, digest=digest)
     return Result(

@@ -12,7 +12,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "helm_operator"
 RANK = {"config": 0, "core": 1, "release": 2, "adapters": 3, "drift": 4, "hooks": 5, "runtime": 6, "cli": 7}
-PURE = {"config", "core", "release", "drift.diff", "hooks.schedule", "hooks.builtin.retention"}
+PURE = {
+    "config",
+    "core",
+    "release",
+    "drift.diff",
+    "hooks.schedule",
+    "hooks.builtin.retention",
+    "hooks.builtin.primary",
+}
 
 
 def _imports(path: Path) -> set[str]:

@@ -26,9 +26,9 @@ Pod label value) stay within 63. */}}
 {{- if or .Values.auth.existingSecret .Values.auth.password }}true{{ end -}}
 {{- end -}}
 
-{{/* DNS name of the primary (instance 0) through the headless Service. */}}
+{{/* DNS name of the primary: the client Service, which selects the Pod labelled primary. */}}
 {{- define "postgresqlcluster.primaryHost" -}}
-{{- printf "%s-0.%s" (include "postgresqlcluster.fullname" .) (include "postgresqlcluster.headlessName" .) -}}
+{{- include "postgresqlcluster.clientName" . -}}
 {{- end -}}
 
 {{- define "postgresqlcluster.name" -}}

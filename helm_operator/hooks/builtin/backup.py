@@ -1,8 +1,9 @@
-"""Backups as Kubernetes Jobs, recorded in ``status.day2.backups``, with retention.
+"""Backups and restores as Kubernetes Jobs, recorded in ``status.day2``, with retention.
 
-A hook module builds the Job that writes one backup (``pg_dump``, ``etcdctl snapshot save`` …);
-these helpers create it under the run's deterministic name (a rerun after a restart adopts the
-Job instead of starting another), wait for it, record the result, and prune by the policy.
+A hook module builds the Job that writes one backup (``pg_dump``, ``etcdctl snapshot save`` …) or
+restores one; these helpers create it under a deterministic name (a rerun after a restart adopts
+the Job instead of starting another), wait for it, record the result in ``status.day2.backups``
+or ``status.day2.restore``, and prune by the policy.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any
 from helm_operator.core.naming import DAY2_LABEL
 from helm_operator.hooks.builtin.retention import Retention, to_prune
 from helm_operator.hooks.context import Context
-from helm_operator.hooks.errors import PermanentError
+from helm_operator.hooks.errors import PermanentError, TemporaryError
 from helm_operator.hooks.schedule import rfc3339
 
-RECORDS = "backups"  # the status.day2 key
+RECORDS = "backups"  # the status.day2 keys
+RESTORE = "restore"
 POLL = 2.0  # seconds between looks at a running Job
 
 
@@ -118,17 +120,92 @@ async def prune(
     return names
 
 
-async def ensure_claim(ctx: Context, name: str, size: str, storage_class: str | None = None) -> None:
-    """The PersistentVolumeClaim backups are written to. Not owned by the resource: the backups
-    (the final one included) outlive it, and are removed only on purpose."""
-    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+async def ensure_claim(
+    ctx: Context,
+    name: str,
+    size: str,
+    storage_class: str | None = None,
+    *,
+    role: str = "backup-storage",
+    access_modes: Sequence[str] = ("ReadWriteOnce",),
+) -> None:
+    """A PersistentVolumeClaim (kept if it exists): where backups are written, or a member's data
+    volume a restore fills before its StatefulSet starts (same name as its claim template makes).
+    Not owned by the resource: backups, the final one included, outlive it."""
+    spec: dict[str, Any] = {"accessModes": list(access_modes), "resources": {"requests": {"storage": size}}}
     if storage_class:
         spec["storageClassName"] = storage_class
     await ctx.kube.create(
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "namespace": ctx.namespace, "labels": labels(ctx, "backup-storage")},
+            "metadata": {"name": name, "namespace": ctx.namespace, "labels": labels(ctx, role)},
             "spec": spec,
         }
     )
+
+
+async def find(ctx: Context, source: str, path: str = "spec.restore.fromBackup") -> dict[str, Any]:
+    """The backup to restore: ``source`` is a location (``pvc://claim/file``, ``s3://bucket/key``)
+    or the name of a successful backup recorded by a resource of the same kind in this namespace."""
+    if "://" in source:
+        return {"name": source.rstrip("/").rsplit("/", 1)[-1], "location": source}
+    kind = str(ctx.resource["kind"])
+    for other in await ctx.kube.list(str(ctx.resource["apiVersion"]), kind, ctx.namespace):
+        day2 = (other.get("status") or {}).get("day2") or {}
+        for record in day2.get(RECORDS) or ():
+            if record.get("name") != source:
+                continue
+            if record.get("phase") != "Succeeded":
+                raise PermanentError(f"{path}: backup {source} is {record.get('phase')}, not Succeeded")
+            return {**record, "of": other["metadata"]["name"]}
+    where = f" in namespace {ctx.namespace}" if ctx.namespace else ""
+    raise PermanentError(
+        f"{path}: no {kind}{where} records a backup named {source!r} "
+        "(give its location, e.g. pvc://<claim>/<file>, if its resource is gone)"
+    )
+
+
+def restored(ctx: Context, source: str) -> bool:
+    """Whether this resource has already been restored from ``source`` (a reinstall never
+    restores again)."""
+    state = ctx.day2.get(RESTORE) or {}
+    return bool(state.get("phase") == "Succeeded" and source in (state.get("from"), state.get("location")))
+
+
+async def restore(
+    ctx: Context, source: Mapping[str, Any], job: Mapping[str, Any], poll: float = POLL
+) -> None:
+    """Run the restore Job once, with drift correction paused, and record it in
+    ``status.day2.restore``. While it runs this raises ``TemporaryError`` (a ``before install``
+    hook so holds the install back without holding a worker); a failed restore is permanent."""
+    name = job["metadata"]["name"]
+    state = dict(ctx.day2.get(RESTORE) or {})
+    if state.get("job") == name and state.get("phase") == "Succeeded":
+        return
+    if state.get("job") != name:
+        state = {
+            "from": source["name"],
+            "location": source["location"],
+            "job": name,
+            "phase": "Running",
+            "startTime": rfc3339(dt.datetime.now(dt.UTC)),
+        }
+        ctx.day2[RESTORE] = state
+        ctx.pause_drift(f"restoring from {source['location']}")
+        await ctx.day2.save()
+        await ctx.event("RestoreStarted", f"restoring {source['location']} (Job {name})")
+    current = await ctx.kube.create(job)
+    phase = job_phase(current)
+    if phase == "Running":
+        raise TemporaryError(f"restoring {source['location']}: Job {name} is running", delay=poll)
+    state.update(phase=phase, completionTime=rfc3339(dt.datetime.now(dt.UTC)))
+    ctx.resume_drift()
+    if phase == "Failed":
+        state["error"] = _why_failed(current)
+        ctx.day2[RESTORE] = state
+        message = f"restore from {source['location']} failed: {state['error']}"
+        await ctx.event("RestoreFailed", message, warning=True)
+        raise PermanentError(message)
+    ctx.day2[RESTORE] = state
+    await ctx.event("RestoreSucceeded", f"restored {source['location']} (Job {name})")

@@ -1,0 +1,59 @@
+"""Carry out an :class:`~helm_operator.hooks.builtin.primary.Election`: move the role label between
+Pods (demotions first), record the primary in ``status.day2``, and say so with Events.
+
+The role label lives on the Pods, which the release does not render (their StatefulSet does), so
+drift correction of the release never touches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from helm_operator.hooks.builtin.primary import Election, Member
+from helm_operator.hooks.context import Context
+from helm_operator.hooks.errors import TemporaryError
+from helm_operator.hooks.schedule import rfc3339
+
+CURRENT = "currentPrimary"  # status.day2 keys
+UNREADY_SINCE = "primaryUnreadySince"
+
+
+def members(pods: Sequence[Mapping[str, Any]], label: str) -> list[Member]:
+    return [Member.of(p, label) for p in pods]
+
+
+async def _label(ctx: Context, pod: str, label: str, value: str) -> bool:
+    """Set the role label; False if the Pod is gone."""
+    try:
+        await ctx.kube.patch("v1", "Pod", pod, ctx.namespace, {"metadata": {"labels": {label: value}}})
+    except Exception as exc:
+        if getattr(exc, "status", None) == 404:
+            return False
+        raise TemporaryError(f"could not label Pod {pod}: {exc}", delay=2.0) from exc
+    return True
+
+
+async def apply(ctx: Context, election: Election, label: str, *, replica: str = "replica") -> None:
+    """Demote, then promote, then record; an Event for a failover, a switchover or a grace period."""
+    for pod in election.demote:
+        await _label(ctx, pod, label, replica)
+    if election.promote is not None and not await _label(ctx, election.promote, label, "primary"):
+        raise TemporaryError(f"Pod {election.promote} vanished before it was promoted", delay=1.0)
+    before = ctx.day2.get(CURRENT)
+    if election.primary != before:
+        ctx.day2[CURRENT] = election.primary
+    since = rfc3339(election.unready_since) if election.unready_since else None
+    if since != ctx.day2.get(UNREADY_SINCE):
+        if since is not None and ctx.day2.get(UNREADY_SINCE) is None:
+            await ctx.event("PrimaryUnready", election.reason, warning=True)
+        ctx.day2[UNREADY_SINCE] = since
+    if election.failover:
+        await ctx.event("Failover", f"{election.reason}: promoted {election.primary}", warning=True)
+    elif election.requested:
+        await ctx.event("Switchover", f"primary was {before or 'unset'}, is now {election.primary}")
+    elif before is not None and election.primary != before:
+        await ctx.event("PrimaryChanged", f"{election.reason}: primary is now {election.primary}")
+    elif before is None and election.primary is not None:
+        await ctx.event("PrimaryElected", f"{election.reason}: primary is {election.primary}")
+    await ctx.day2.save()

@@ -1,0 +1,133 @@
+"""Which member of a replicated StatefulSet is the primary (pure).
+
+The primary is the Pod carrying a role label the client Service selects. It keeps the role while
+it is Ready; once it has been not Ready (or gone) for the failover delay, the Ready member with the
+lowest ordinal is promoted. The old primary is always demoted *before* the new one is promoted,
+so no observer ever sees two primaries; a demoted member that comes back stays a replica.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from helm_operator.hooks.schedule import parse_time
+
+NO_CANDIDATE_RECHECK = 10.0  # seconds between looks while no replica is Ready to take over
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    ordinal: int
+    ready: bool
+    since: dt.datetime | None  # when readiness last changed (the Ready condition's lastTransitionTime)
+    primary: bool  # carries the primary role label
+    deleting: bool = False
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any], label: str, primary: str = "primary") -> Member:
+        meta = pod["metadata"]
+        name = str(meta["name"])
+        ready = next(
+            (c for c in (pod.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None
+        )
+        suffix = name.rsplit("-", 1)[-1]
+        return cls(
+            name=name,
+            ordinal=int(suffix) if suffix.isdigit() else 1 << 30,
+            ready=bool(ready and ready.get("status") == "True"),
+            since=parse_time((ready or {}).get("lastTransitionTime")),
+            primary=(meta.get("labels") or {}).get(label) == primary,
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+    @property
+    def serving(self) -> bool:
+        return self.ready and not self.deleting
+
+
+@dataclass(frozen=True)
+class Election:
+    primary: str | None  # the primary once this step is applied
+    demote: tuple[str, ...] = ()  # members to take the label from, first
+    promote: str | None = None  # the member to give it to, after
+    failover: bool = False  # ``promote`` replaces a primary that is not Ready
+    wait: float | None = None  # seconds until the next look (a grace period is running)
+    unready_since: dt.datetime | None = None  # when the primary was first seen not Ready (to record)
+    reason: str = ""
+    requested: bool = False  # a switchover someone asked for
+
+
+def _labelled_except(members: Sequence[Member], keep: str | None) -> tuple[str, ...]:
+    return tuple(m.name for m in members if m.primary and m.name != keep)
+
+
+def _candidate(members: Sequence[Member], exclude: str | None) -> Member | None:
+    ready = sorted((m for m in members if m.serving and m.name != exclude), key=lambda m: m.ordinal)
+    return ready[0] if ready else None
+
+
+def elect(
+    members: Sequence[Member],
+    current: str | None,
+    delay: float,
+    now: dt.datetime,
+    unready_since: dt.datetime | None = None,
+) -> Election:
+    """The next step towards exactly one Ready primary. ``current`` is the primary on record
+    (``status.day2.currentPrimary``); ``unready_since`` when it was first seen not Ready."""
+    labelled = [m for m in members if m.primary]
+    if current is None and len(labelled) == 1:
+        current = labelled[0].name
+    me = next((m for m in members if m.name == current), None)
+    if me is not None and me.serving:
+        promote = None if me.primary else me.name
+        return Election(me.name, _labelled_except(members, me.name), promote, reason=f"{me.name} is Ready")
+    if current is None:  # a new cluster: the first member that is Ready (instance 0 initialises the data)
+        first = _candidate(members, None)
+        if first is None:
+            return Election(None, reason="no member is Ready yet")
+        demote = _labelled_except(members, first.name)
+        return Election(first.name, demote, first.name, reason=f"{first.name} is the first Ready member")
+    seen = [t for t in (unready_since, me.since if me is not None and not me.ready else None) if t]
+    since = min(seen) if seen else now
+    elapsed = (now - since).total_seconds()
+    state = "gone" if me is None else "being deleted" if me.deleting else "not Ready"
+    if elapsed < delay:
+        return Election(
+            current,
+            wait=delay - elapsed,
+            unready_since=since,
+            reason=f"primary {current} {state} for {elapsed:.0f}s; failover after {delay:g}s",
+        )
+    successor = _candidate(members, current)
+    if successor is None:
+        return Election(
+            current,
+            wait=NO_CANDIDATE_RECHECK,
+            unready_since=since,
+            reason=f"primary {current} {state} for {elapsed:.0f}s and no replica is Ready to take over",
+        )
+    return Election(
+        successor.name,
+        _labelled_except(members, successor.name),
+        successor.name,
+        failover=True,
+        reason=f"primary {current} {state} for {elapsed:.0f}s (failoverDelay {delay:g}s)",
+    )
+
+
+def switch(members: Sequence[Member], target: str) -> Election:
+    """A requested switchover to ``target``; ``ValueError`` says why it cannot be done."""
+    me = next((m for m in members if m.name == target), None)
+    if me is None:
+        known = ", ".join(m.name for m in members) or "none"
+        raise ValueError(f"no member {target!r}; members: {known}")
+    if not me.serving:
+        raise ValueError(f"{target} is not Ready; a switchover needs a Ready member")
+    promote = None if me.primary else me.name
+    demote = _labelled_except(members, me.name)
+    return Election(me.name, demote, promote, reason=f"switchover to {target}", requested=True)

@@ -1,0 +1,300 @@
+"""Day-2 hooks of EtcdCluster: periodic snapshots with count-based retention, and restore of a new
+cluster from a snapshot — on the same Job machinery as PostgreSQLCluster's backups.
+
+Snapshots are ``etcdctl snapshot save`` Jobs every ``backup.backupIntervalInSecond`` (0 or absent:
+none), kept ``backup.maxBackups`` deep (0 or absent: all). ``backup.storageType: S3`` uploads them
+to ``s3://<s3Bucket>/<path>/`` with the credentials of the Secret ``s3.awsSecret`` (keys
+``credentials`` and ``config``, as the AWS CLI reads them); otherwise they go to the
+PersistentVolumeClaim ``<cluster>-backups``. ``restore.fromBackup`` (a snapshot another cluster
+recorded, or its location) fills every member's data volume before the StatefulSet starts, so it
+needs ``pod.persistentVolumeClaimSpec``. With ``tls.static.operatorSecret`` etcdctl uses that
+client certificate (keys ``etcd-client.crt``, ``etcd-client.key``, ``etcd-client-ca.crt``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from helm_operator.hooks import Context, Hooks, InvalidSpec, PermanentError, bounded
+from helm_operator.hooks.builtin import backup
+from helm_operator.hooks.builtin.retention import Retention
+
+AWS_CLI = "amazon/aws-cli:2.22.35"
+BUSYBOX = "busybox:1.37"
+TLS_DIR = "/etc/etcdtls/operator"
+
+hooks = Hooks()
+
+
+def _policy(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return spec.get("backup") or {}
+
+
+def retention(spec: Mapping[str, Any]) -> Retention:
+    count = _policy(spec).get("maxBackups")
+    if count is None or count == 0:
+        return Retention()
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidSpec("spec.backup.maxBackups", f"expected a whole number (0: keep all), got {count!r}")
+    return Retention(max_count=count)
+
+
+def _s3(ctx: Context, section: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The S3 settings of a section (``backup`` or ``restore``) if it stores in S3."""
+    kind = str(section.get("storageType") or "")
+    if kind and kind != "S3":
+        raise InvalidSpec(
+            "spec.backup.storageType", f"{kind} is not supported: use S3, or leave it out for a volume"
+        )
+    if kind != "S3":
+        return None
+    s3 = section.get("s3") or {}
+    if not s3.get("s3Bucket") or not s3.get("awsSecret"):
+        raise InvalidSpec("spec.backup.s3", "storageType S3 needs s3.s3Bucket and s3.awsSecret")
+    return s3
+
+
+def statefulset(ctx: Context) -> str:
+    return ctx.release_name[:52].rstrip("-")
+
+
+def _image(ctx: Context) -> str:
+    values = ctx.values or dict(ctx.spec)
+    return f"{values.get('repository', 'quay.io/coreos/etcd')}:v{values.get('version', '3.5.17')}"
+
+
+def _tls(ctx: Context) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """etcdctl flags, volumes and mounts for the operator's client certificate, if configured."""
+    secret = ((ctx.spec.get("tls") or {}).get("static") or {}).get("operatorSecret")
+    if not secret:
+        return [], [], []
+    flags = [
+        f"--cacert={TLS_DIR}/etcd-client-ca.crt",
+        f"--cert={TLS_DIR}/etcd-client.crt",
+        f"--key={TLS_DIR}/etcd-client.key",
+    ]
+    return flags, [{"name": "tls", "secret": {"secretName": secret}}], [{"name": "tls", "mountPath": TLS_DIR}]
+
+
+def _scheme(ctx: Context, which: str) -> str:
+    member = ((ctx.spec.get("tls") or {}).get("static") or {}).get("member") or {}
+    return "https" if member.get(f"{which}Secret") else "http"
+
+
+def _aws(s3: Mapping[str, Any], args: list[str]) -> dict[str, Any]:
+    if s3.get("endpoint"):
+        args = [*args, "--endpoint-url", str(s3["endpoint"])]
+    return {
+        "name": "upload",
+        "image": AWS_CLI,
+        "args": args,
+        "env": [
+            {"name": "AWS_SHARED_CREDENTIALS_FILE", "value": "/etc/aws/credentials"},
+            {"name": "AWS_CONFIG_FILE", "value": "/etc/aws/config"},
+        ],
+        "volumeMounts": [
+            {"name": "snapshots", "mountPath": "/snapshots"},
+            {"name": "aws", "mountPath": "/etc/aws"},
+        ],
+    }
+
+
+def _s3_url(s3: Mapping[str, Any], file: str) -> str:
+    prefix = str(s3.get("path") or "").strip("/")
+    return f"s3://{s3['s3Bucket']}/{prefix + '/' if prefix else ''}{file}"
+
+
+def _job(ctx: Context, name: str, role: str, pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": backup.labels(ctx, role),
+            "ownerReferences": [ctx.owner_reference],
+        },
+        "spec": {"backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never", **pod}}},
+    }
+
+
+def claim(ctx: Context) -> str:
+    return bounded(ctx.name, "backups")
+
+
+def snapshot_job(ctx: Context, name: str) -> tuple[dict[str, Any], str]:
+    """The Job that saves one snapshot, and where it ends up."""
+    flags, tls_volumes, tls_mounts = _tls(ctx)
+    endpoint = f"--endpoints={_scheme(ctx, 'client')}://{statefulset(ctx)}-client:2379"
+    save = {
+        "name": "snapshot",
+        "image": _image(ctx),
+        "command": ["etcdctl", endpoint, *flags, "snapshot", "save", f"/snapshots/{name}.db"],
+        "env": [{"name": "ETCDCTL_API", "value": "3"}],
+        "volumeMounts": [{"name": "snapshots", "mountPath": "/snapshots"}, *tls_mounts],
+    }
+    s3 = _s3(ctx, _policy(ctx.spec))
+    if s3 is None:
+        volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}, *tls_volumes]
+        pod = {"containers": [save], "volumes": volumes}
+        return _job(ctx, name, "backup", pod), f"pvc://{claim(ctx)}/{name}.db"
+    url = _s3_url(s3, f"{name}.db")
+    upload = _aws(s3, ["s3", "cp", f"/snapshots/{name}.db", url])
+    volumes = [
+        {"name": "snapshots", "emptyDir": {}},
+        {"name": "aws", "secret": {"secretName": s3["awsSecret"]}},
+        *tls_volumes,
+    ]
+    return _job(
+        ctx, name, "backup", {"initContainers": [save], "containers": [upload], "volumes": volumes}
+    ), url
+
+
+def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Remove the snapshot files of pruned backups (on the volume or in the bucket)."""
+    locations = [str(r.get("location") or "") for r in gone]
+    name = bounded(f"{ctx.name}-prune", str(gone[-1]["name"])[-12:])
+    files = [loc.split("/", 3)[-1] for loc in locations if loc.startswith("pvc://")]
+    urls = [loc for loc in locations if loc.startswith("s3://")]
+    if files:
+        rm: dict[str, Any] = {"name": "prune", "image": BUSYBOX, "command": ["rm", "-f"]}
+        rm["command"] += [f"/snapshots/{f}" for f in files]
+        rm["volumeMounts"] = [{"name": "snapshots", "mountPath": "/snapshots"}]
+        volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}]
+        job = _job(ctx, name, "prune", {"containers": [rm], "volumes": volumes})
+    elif urls:
+        s3 = _s3(ctx, _policy(ctx.spec)) or {}
+        script = " && ".join(
+            f"aws s3 rm {u}" + (f" --endpoint-url {s3['endpoint']}" if s3.get("endpoint") else "")
+            for u in urls
+        )
+        rm = _aws(s3, [])
+        rm.update(name="prune", command=["/bin/sh", "-ec", script], args=[])
+        rm["volumeMounts"] = [{"name": "aws", "mountPath": "/etc/aws"}]
+        job = _job(
+            ctx,
+            name,
+            "prune",
+            {"containers": [rm], "volumes": [{"name": "aws", "secret": {"secretName": s3["awsSecret"]}}]},
+        )
+    else:
+        return None
+    job["spec"]["ttlSecondsAfterFinished"] = 600
+    return job
+
+
+@hooks.validate()
+async def check_policy(ctx: Context) -> None:
+    retention(ctx.spec)
+    _s3(ctx, _policy(ctx.spec))
+    if (ctx.spec.get("restore") or {}).get("fromBackup") and not (ctx.spec.get("pod") or {}).get(
+        "persistentVolumeClaimSpec"
+    ):
+        raise InvalidSpec(
+            "spec.restore.fromBackup",
+            "a restore fills the members' volumes: set spec.pod.persistentVolumeClaimSpec",
+        )
+
+
+@hooks.schedule("snapshot", every="spec.backup.backupIntervalInSecond")
+async def periodic_snapshot(ctx: Context) -> None:
+    job, location = snapshot_job(ctx, ctx.run)
+    if location.startswith("pvc://"):
+        size = str(_policy(ctx.spec).get("storage") or "1Gi")
+        await backup.ensure_claim(ctx, claim(ctx), size)
+    await backup.take(ctx, ctx.run, job, location)
+    await backup.prune(ctx, retention(ctx.spec), lambda gone: cleanup_job(ctx, gone))
+
+
+# --- restore ------------------------------------------------------------------------------------
+
+
+def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
+    """One init container per member restores the snapshot into that member's data volume."""
+    sts, ns = statefulset(ctx), ctx.namespace
+    size = int((ctx.values or dict(ctx.spec)).get("size") or 1)
+    peer = _scheme(ctx, "peer")
+    urls = [f"{peer}://{sts}-{i}.{sts}.{ns}.svc:2380" for i in range(size)]
+    cluster = ",".join(f"{sts}-{i}={u}" for i, u in enumerate(urls))
+    file = location.rsplit("/", 1)[-1]
+    version = str((ctx.values or dict(ctx.spec)).get("version") or "3.5")
+    tool = "etcdctl" if version.startswith(("3.3", "3.4")) else "etcdutl"  # etcdutl from 3.5 on
+    init: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if location.startswith("s3://"):
+        s3 = _s3(
+            ctx,
+            {
+                "storageType": "S3",
+                "s3": (ctx.spec.get("restore") or {}).get("s3") or _policy(ctx.spec).get("s3") or {},
+            },
+        )
+        assert s3 is not None
+        fetch = _aws(s3, ["s3", "cp", location, f"/snapshots/{file}"])
+        init.append({**fetch, "name": "fetch"})
+        volumes += [
+            {"name": "snapshots", "emptyDir": {}},
+            {"name": "aws", "secret": {"secretName": s3["awsSecret"]}},
+        ]
+    else:
+        claim_name = location.removeprefix("pvc://").split("/", 1)[0]
+        volumes.append(
+            {"name": "snapshots", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}}
+        )
+    for i, url in enumerate(urls):
+        volumes.append({"name": f"data-{i}", "persistentVolumeClaim": {"claimName": f"data-{sts}-{i}"}})
+        init.append(
+            {
+                "name": f"restore-{i}",
+                "image": _image(ctx),
+                "command": [
+                    tool,
+                    "snapshot",
+                    "restore",
+                    f"/snapshots/{file}",
+                    f"--name={sts}-{i}",
+                    f"--initial-cluster={cluster}",
+                    f"--initial-cluster-token={ctx.release_name}",
+                    f"--initial-advertise-peer-urls={url}",
+                    f"--data-dir=/data-{i}/default.etcd",
+                ],
+                "env": [{"name": "ETCDCTL_API", "value": "3"}],
+                "volumeMounts": [
+                    {"name": "snapshots", "mountPath": "/snapshots"},
+                    {"name": f"data-{i}", "mountPath": f"/data-{i}"},
+                ],
+            }
+        )
+    done = {"name": "done", "image": _image(ctx), "command": [tool, "version"]}
+    return _job(ctx, name, "restore", {"initContainers": init, "containers": [done], "volumes": volumes})
+
+
+@hooks.before("install", timeout=120)
+async def restore_from_backup(ctx: Context) -> None:
+    source = (ctx.spec.get("restore") or {}).get("fromBackup")
+    if not source or backup.restored(ctx, str(source).strip()):
+        return
+    template = (ctx.spec.get("pod") or {}).get("persistentVolumeClaimSpec")
+    if not template:
+        raise PermanentError("spec.restore.fromBackup: a restore needs spec.pod.persistentVolumeClaimSpec")
+    found = await backup.find(ctx, str(source).strip())
+    location = str(found["location"])
+    if not location.startswith(("pvc://", "s3://")):
+        raise PermanentError(
+            f"spec.restore.fromBackup: cannot restore from {location}: expected pvc:// or s3://"
+        )
+    size = str(((template.get("resources") or {}).get("requests") or {}).get("storage") or "1Gi")
+    for i in range(int((ctx.values or dict(ctx.spec)).get("size") or 1)):
+        await backup.ensure_claim(
+            ctx,
+            f"data-{statefulset(ctx)}-{i}",
+            size,
+            template.get("storageClassName"),
+            role="data",
+            access_modes=tuple(template.get("accessModes") or ("ReadWriteOnce",)),
+        )
+    digest = hashlib.sha256(location.encode()).hexdigest()[:6]
+    name = bounded(f"{ctx.name}-restore", f"{ctx.uid[:8] or '0'}-{digest}")
+    await backup.restore(ctx, found, restore_job(ctx, name, location))

@@ -1,0 +1,332 @@
+"""Day-2 of the stateful samples without a cluster: primary election, failover and switchover,
+restore before install, etcd snapshots on an interval, and the pod-template owner label."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helm_operator.adapters.postrender import mark
+from helm_operator.core.naming import OWNER_LABEL, owner_id
+from helm_operator.hooks import InvalidSpec
+from helm_operator.hooks.builtin.primary import Member, elect, switch
+from helm_operator.hooks.loader import load
+from helm_operator.hooks.schedule import TaskState, check_interval, decide, run_name, slot_after
+from helm_operator.hooks.testing import Harness, complete_jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+UTC = dt.UTC
+NOW = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
+ROLE = "postgresql.example.com/role"
+
+
+def member(name: str, ready: bool = True, primary: bool = False, since: float = 600) -> Member:
+    return Member(name, int(name.rsplit("-", 1)[1]), ready, NOW - dt.timedelta(seconds=since), primary)
+
+
+# --- primary election (pure) --------------------------------------------------------------------
+
+
+def test_a_new_cluster_elects_its_first_ready_member() -> None:
+    e = elect([member("db-1"), member("db-0"), member("db-2", ready=False)], None, 30, NOW)
+    assert (e.primary, e.promote, e.demote, e.failover) == ("db-0", "db-0", (), False)
+    assert elect([member("db-0", ready=False)], None, 30, NOW).primary is None
+
+
+def test_a_ready_primary_keeps_the_role_and_strays_are_demoted() -> None:
+    e = elect([member("db-0", primary=True), member("db-1", primary=True)], "db-0", 30, NOW)
+    assert (e.primary, e.promote, e.demote, e.wait) == ("db-0", None, ("db-1",), None)
+
+
+def test_an_unready_primary_is_replaced_only_after_the_delay() -> None:
+    members = [member("db-0", ready=False, primary=True, since=12), member("db-1"), member("db-2")]
+    waiting = elect(members, "db-0", 30, NOW)
+    assert waiting.primary == "db-0" and waiting.promote is None and waiting.demote == ()
+    assert waiting.wait == pytest.approx(18) and waiting.unready_since == NOW - dt.timedelta(seconds=12)
+    later = elect(members, "db-0", 30, NOW + dt.timedelta(seconds=18))
+    assert (later.primary, later.demote, later.promote, later.failover) == ("db-1", ("db-0",), "db-1", True)
+
+
+def test_a_vanished_primary_counts_from_when_it_was_first_missed() -> None:
+    members = [member("db-1"), member("db-2")]
+    first = elect(members, "db-0", 30, NOW)
+    assert first.wait == 30 and first.unready_since == NOW
+    assert elect(members, "db-0", 30, NOW + dt.timedelta(seconds=31), first.unready_since).promote == "db-1"
+
+
+def test_no_ready_replica_means_no_promotion_and_a_recheck() -> None:
+    e = elect([member("db-0", ready=False, primary=True), member("db-1", ready=False)], "db-0", 30, NOW)
+    assert e.promote is None and e.primary == "db-0" and e.wait == 10 and "no replica is Ready" in e.reason
+
+
+def test_a_recovered_former_primary_stays_a_replica() -> None:
+    e = elect([member("db-0"), member("db-1", primary=True)], "db-1", 30, NOW)
+    assert (e.primary, e.promote, e.demote) == ("db-1", None, ())
+
+
+def test_switchover_checks_its_target() -> None:
+    members = [member("db-0", primary=True), member("db-1"), member("db-2", ready=False)]
+    e = switch(members, "db-1")
+    assert (e.demote, e.promote) == (("db-0",), "db-1")
+    with pytest.raises(ValueError, match="db-2 is not Ready"):
+        switch(members, "db-2")
+    with pytest.raises(ValueError, match="no member 'db-9'; members: db-0, db-1, db-2"):
+        switch(members, "db-9")
+
+
+# --- interval schedules -------------------------------------------------------------------------
+
+
+def test_interval_schedules_are_epoch_aligned_and_restart_safe() -> None:
+    expr = check_interval(30, "spec.backup.backupIntervalInSecond")
+    assert expr == "@every 30s"
+    t = dt.datetime(2026, 11, 22, 10, 0, 7, tzinfo=UTC)
+    assert slot_after(expr, t) == dt.datetime(2026, 11, 22, 10, 0, 30, tzinfo=UTC)
+    armed = decide(expr, TaskState(), t)
+    assert armed.run is None
+    state = TaskState(expr, None, armed.next)
+    due = decide(expr, state, dt.datetime(2026, 11, 22, 10, 1, 31, tzinfo=UTC))  # two slots passed
+    assert due.run == dt.datetime(2026, 11, 22, 10, 1, 30, tzinfo=UTC) and due.missed == 2
+    assert decide(expr, TaskState(expr, due.run, due.next), due.run + dt.timedelta(seconds=3)).run is None
+    assert run_name("etcd", "snapshot", due.run) == "etcd-snapshot-20261122100130"
+    for bad, why in [(5, "too short"), ("1h", "whole number"), (True, "whole number")]:
+        with pytest.raises(InvalidSpec, match=why):
+            check_interval(bad, "spec.backup.backupIntervalInSecond")
+
+
+# --- PostgreSQLCluster: failover, switchover, restore ------------------------------------------
+
+PG = {
+    "apiVersion": "postgresql.example.com/v1",
+    "kind": "PostgreSQLCluster",
+    "metadata": {"name": "db", "namespace": "prod", "uid": "0f00eac4-2222", "annotations": {}},
+    "spec": {"replicas": 3, "failoverDelay": "5s"},
+}
+
+
+def pod(name: str, ready: bool = True, role: str = "replica", since: dt.datetime = NOW) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "prod",
+            "labels": {"app.kubernetes.io/component": "database", ROLE: role, OWNER_LABEL: "x"},
+        },
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": str(ready),
+                    "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ]
+        },
+    }
+
+
+def roles(h: Harness) -> dict[str, str]:
+    return {k[3]: o["metadata"]["labels"][ROLE] for k, o in h.kube.objects.items() if k[1] == "Pod"}
+
+
+def test_failover_hook_labels_the_first_primary_then_promotes_after_the_delay() -> None:
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    h = Harness(hooks, PG, objects=[pod("db-0"), pod("db-1"), pod("db-2")])
+    first = asyncio.run(h.run("watch", name="elect_primary"))
+    assert first.ok and roles(h) == {"db-0": "primary", "db-1": "replica", "db-2": "replica"}
+    assert first.day2["currentPrimary"] == "db-0" and first.events[0][1] == "PrimaryElected"
+    now = dt.datetime.now(UTC)
+    h.kube.objects[("v1", "Pod", "prod", "db-0")] = pod("db-0", ready=False, role="primary", since=now)
+    waiting = asyncio.run(h.run("watch", name="elect_primary"))
+    assert waiting.result.reason == "HookRetrying" and 4 <= (waiting.result.retry_after or 0) <= 5
+    assert roles(h)["db-0"] == "primary" and waiting.events[0][1] == "PrimaryUnready"
+    gone = now - dt.timedelta(seconds=6)
+    h.kube.objects[("v1", "Pod", "prod", "db-0")] = pod("db-0", ready=False, role="primary", since=gone)
+    promoted = asyncio.run(h.run("watch", name="elect_primary"))
+    assert promoted.ok and roles(h) == {"db-0": "replica", "db-1": "primary", "db-2": "replica"}
+    assert promoted.day2["currentPrimary"] == "db-1" and promoted.day2["primaryUnreadySince"] is None
+    assert [e[1] for e in promoted.events] == ["Failover"] and "promoted db-1" in promoted.events[0][2]
+    labels = [op for op in promoted.operations if op[0] == "patch"]
+    assert labels == [("patch", "Pod", "db-0"), ("patch", "Pod", "db-1")]  # demote first: never two
+
+
+def test_switchover_action_moves_the_primary_or_says_why_not() -> None:
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    objects = [pod("db-0", role="primary"), pod("db-1"), pod("db-2", ready=False)]
+    h = Harness(hooks, PG, objects=objects)
+    for o in h.kube.objects.values():
+        o["metadata"]["labels"][OWNER_LABEL] = _owner()
+    moved = asyncio.run(h.run("action", name="switchover", argument="db-1"))
+    assert moved.ok and roles(h)["db-1"] == "primary" and roles(h)["db-0"] == "replica"
+    assert moved.day2["currentPrimary"] == "db-1" and moved.events[-1][1] == "Switchover"
+    refused = asyncio.run(h.run("action", name="switchover", argument="db-2"))
+    assert refused.result.permanent and "db-2 is not Ready" in refused.result.message
+    assert not asyncio.run(h.run("action", name="switchover")).ok
+
+
+def _owner() -> str:
+    return owner_id("postgresql.example.com", "PostgreSQLCluster", "prod", "db")
+
+
+def source_cluster(phase: str = "Succeeded") -> dict[str, Any]:
+    return {
+        "apiVersion": "postgresql.example.com/v1",
+        "kind": "PostgreSQLCluster",
+        "metadata": {"name": "old", "namespace": "prod"},
+        "status": {
+            "day2": {
+                "backups": [
+                    {
+                        "name": "old-backup-202611220900",
+                        "phase": phase,
+                        "location": "pvc://old-backups/x.sql.gz",
+                    }
+                ]
+            }
+        },
+    }
+
+
+def test_restore_runs_its_job_before_install_with_drift_paused() -> None:
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    resource = {**PG, "spec": {**PG["spec"], "restore": {"fromBackup": "old-backup-202611220900"}}}
+    h = Harness(hooks, resource, objects=[source_cluster()], on_create=None)
+    running = asyncio.run(h.run("before", stage="install"))
+    assert running.result.reason == "HookRetrying" and "Job db-restore-0f00eac4-" in running.result.message
+    assert running.day2["restore"]["phase"] == "Running" and running.day2["driftPaused"].startswith(
+        "restoring"
+    )
+    assert ("PersistentVolumeClaim", "data-db-0") in running.created
+    job = next(o for k, o in h.kube.objects.items() if k[1] == "Job")
+    volumes = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"] for v in job["spec"]["template"]["spec"]["volumes"]
+    }
+    assert volumes == {"backups": "old-backups", "data": "data-db-0"}
+    complete_jobs(job)
+    done = asyncio.run(h.run("before", stage="install"))
+    assert done.ok and done.day2["restore"]["phase"] == "Succeeded" and done.day2["driftPaused"] is None
+    assert (
+        done.day2["restore"]["from"] == "old-backup-202611220900" and done.events[-1][1] == "RestoreSucceeded"
+    )
+    again = asyncio.run(h.run("before", stage="install"))  # a reinstall later does not restore twice
+    assert again.ok and again.created == []
+
+
+def test_restore_from_an_unknown_or_unfinished_backup_is_a_precise_error() -> None:
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    resource = {**PG, "spec": {"restore": {"fromBackup": "nope"}}}
+    out = asyncio.run(Harness(hooks, resource, objects=[source_cluster()]).run("before", stage="install"))
+    assert (
+        out.result.permanent
+        and "no PostgreSQLCluster in namespace prod records a backup named 'nope'" in (out.result.message)
+    )
+    resource = {**PG, "spec": {"restore": {"fromBackup": "old-backup-202611220900"}}}
+    out = asyncio.run(
+        Harness(hooks, resource, objects=[source_cluster("Failed")]).run("before", stage="install")
+    )
+    assert out.result.permanent and "is Failed, not Succeeded" in out.result.message
+
+
+# --- EtcdCluster --------------------------------------------------------------------------------
+
+ETCD = {
+    "apiVersion": "etcd.database.coreos.com/v1beta2",
+    "kind": "EtcdCluster",
+    "metadata": {"name": "etcd", "namespace": "prod", "uid": "9a9a9a9a-3333"},
+    "spec": {"size": 3, "version": "3.5.17", "backup": {"backupIntervalInSecond": 30, "maxBackups": 2}},
+}
+
+
+def test_etcd_snapshots_go_to_a_volume_and_are_pruned_by_count() -> None:
+    h = Harness(load("hooks/etcdcluster.py", ROOT), ETCD)
+    names = [f"etcd-snapshot-2026112210000{i}" for i in range(3)]
+    for name in names:
+        out = asyncio.run(h.run("schedule", name="snapshot", run_as=name))
+        assert out.ok, out.result
+    assert [r["name"] for r in out.day2["backups"]] == names[1:]
+    assert out.day2["backups"][-1]["location"] == f"pvc://etcd-backups/{names[-1]}.db"
+    assert ("delete", "Job", names[0]) in out.operations
+    prune = next(o for k, o in h.kube.objects.items() if k[3].startswith("etcd-prune-"))
+    assert prune["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "rm",
+        "-f",
+        f"/snapshots/{names[0]}.db",
+    ]
+    save = h.kube.objects[("batch/v1", "Job", "prod", names[-1])]["spec"]["template"]["spec"]["containers"][0]
+    assert save["command"][:2] == ["etcdctl", "--endpoints=http://etcd-client:2379"]
+
+
+def test_etcd_snapshots_to_s3_and_unsupported_storage() -> None:
+    spec = {
+        **ETCD["spec"],
+        "backup": {
+            "backupIntervalInSecond": 30,
+            "storageType": "S3",
+            "s3": {"s3Bucket": "bk", "awsSecret": "aws", "path": "etcd"},
+        },
+    }
+    h = Harness(load("hooks/etcdcluster.py", ROOT), {**ETCD, "spec": spec})
+    out = asyncio.run(h.run("schedule", name="snapshot", run_as="etcd-snapshot-1"))
+    assert out.ok and out.day2["backups"][0]["location"] == "s3://bk/etcd/etcd-snapshot-1.db"
+    assert ("PersistentVolumeClaim", "etcd-backups") not in out.created
+    job = h.kube.objects[("batch/v1", "Job", "prod", "etcd-snapshot-1")]["spec"]["template"]["spec"]
+    assert job["containers"][0]["args"][:3] == ["s3", "cp", "/snapshots/etcd-snapshot-1.db"]
+    bad = {**ETCD, "spec": {**ETCD["spec"], "backup": {"storageType": "GCS"}}}
+    check = asyncio.run(Harness(load("hooks/etcdcluster.py", ROOT), bad).run("validate"))
+    assert check.result.permanent and "spec.backup.storageType: GCS is not supported" in check.result.message
+
+
+def test_etcd_restore_fills_every_member_volume() -> None:
+    spec = {
+        **ETCD["spec"],
+        "pod": {"persistentVolumeClaimSpec": {"resources": {"requests": {"storage": "2Gi"}}}},
+        "restore": {"fromBackup": "pvc://old-backups/old-snapshot-1.db"},
+    }
+    h = Harness(load("hooks/etcdcluster.py", ROOT), {**ETCD, "spec": spec})
+    out = asyncio.run(h.run("before", stage="install"))
+    assert out.ok and out.day2["restore"]["phase"] == "Succeeded"
+    claims = [n for k, n in out.created if k == "PersistentVolumeClaim"]
+    assert claims == ["data-etcd-0", "data-etcd-1", "data-etcd-2"]
+    job = next(o for k, o in h.kube.objects.items() if k[1] == "Job")["spec"]["template"]["spec"]
+    restores = [c for c in job["initContainers"] if c["name"].startswith("restore-")]
+    assert [c["command"][4] for c in restores] == ["--name=etcd-0", "--name=etcd-1", "--name=etcd-2"]
+    assert restores[0]["command"][0] == "etcdutl" and "--initial-cluster-token=etcd" in restores[0]["command"]
+    no_volume = {**ETCD, "spec": {**ETCD["spec"], "restore": {"fromBackup": "x"}}}
+    out = asyncio.run(Harness(load("hooks/etcdcluster.py", ROOT), no_volume).run("before", stage="install"))
+    assert out.result.permanent and "needs spec.pod.persistentVolumeClaimSpec" in out.result.message
+
+
+# --- the owner label on pod templates -----------------------------------------------------------
+
+
+def test_pod_templates_carry_the_owner_label_except_plain_jobs() -> None:
+    docs = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "s"},
+            "spec": {"template": {"metadata": {"labels": {"a": "b"}}}},
+        },
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "c"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}},
+        },
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {}}},
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "h", "annotations": {"helm.sh/hook": "pre-install"}},
+            "spec": {"template": {}},
+        },
+    ]
+    out = {d["metadata"]["name"]: d for d in mark(docs, "own", None, "ns", {})}
+    assert out["s"]["spec"]["template"]["metadata"]["labels"] == {"a": "b", OWNER_LABEL: "own"}
+    assert out["c"]["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"] == {OWNER_LABEL: "own"}
+    assert "metadata" not in out["j"]["spec"]["template"]  # immutable: an existing Job would fail the upgrade
+    assert out["h"]["spec"]["template"]["metadata"]["labels"] == {OWNER_LABEL: "own"}
