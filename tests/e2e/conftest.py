@@ -128,6 +128,18 @@ TINY_WATCH = {
 }
 
 
+# The tiny chart with hooks that raise or hang on request.
+HOOKED_WATCH = {
+    "group": "test.helm-operator.io",
+    "version": "v1",
+    "kind": "Hooked",
+    "chart": str(REPO / "tests/e2e/charts/tiny"),
+    "timeout": "60s",
+    "overrideValues": {"image": "registry.example/tiny:${TINY_TAG}"},
+    "hooks": str(REPO / "tests/e2e/hooks/faulty.py"),
+}
+
+
 # The real-world chart under a kind whose plural no rule derives (KubeStateMetrics →
 # kubestatemetrics), allowed its cluster-scoped RBAC; and under a tenant kind that is not.
 REALWORLD_WATCHES = [
@@ -169,7 +181,7 @@ def e2e_watches(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if str(entry.get("hooks", "")).endswith(".py"):
             entry["hooks"] = str(REPO / entry["hooks"])
     path = tmp_path_factory.mktemp("watches") / "watches.yaml"
-    path.write_text(yaml.safe_dump([*entries, TINY_WATCH, *REALWORLD_WATCHES]))
+    path.write_text(yaml.safe_dump([*entries, TINY_WATCH, HOOKED_WATCH, *REALWORLD_WATCHES]))
     return path
 
 
