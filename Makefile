@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench tools venv clean
+.PHONY: demo test lint unit e2e bench bench-day2 tools venv clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ test: lint unit e2e
 
 bench: venv tools
 	$(BIN)/python -m bench.drift_latency $(ARGS)
+
+bench-day2: venv tools
+	$(BIN)/python -m bench.day2 $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -232,7 +232,7 @@ async def switchover(ctx: Context) -> None:
     """``helm-operator.io/action: switchover=<pod>``: make that Ready standby the primary."""
     if not ctx.argument:
         raise PermanentError("switchover needs the Pod to promote: switchover=<pod>")
-    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels={"helm-operator.io/owner": ctx.owner})
+    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
     try:
         election = primary.switch(failover.members([p for p in pods if database_pod(p)], ROLE), ctx.argument)
     except ValueError as exc:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from helm_operator.core.naming import owner_id, release_name
+from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
 
 DRIFT_PAUSED = "driftPaused"  # status.day2 key: why drift correction is paused (absent: it is not)
 
@@ -186,6 +186,11 @@ class Context:
         """The resource's owner id (the value of the owner label on everything its release made)."""
         group = str(self.resource["apiVersion"]).rpartition("/")[0]
         return owner_id(group, str(self.resource["kind"]), self.namespace or "", self.name)
+
+    @property
+    def owner_selector(self) -> dict[str, str]:
+        """Labels selecting what the release made (its Pods too): ``ctx.kube.list(..., labels=...)``."""
+        return {OWNER_LABEL: self.owner}
 
     @property
     def release_name(self) -> str:

@@ -114,7 +114,6 @@ class Day2:
     _owners: dict[str, tuple[Watch, str | None, str]] = field(default_factory=dict)
     _changed: dict[tuple[str, str], Mapping[str, Any] | None] = field(default_factory=dict)
     _objects: ObjectWatches | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -329,8 +328,7 @@ class Day2:
 
     def _watches(self) -> ObjectWatches:
         if self._objects is None:
-            self._loop = asyncio.get_running_loop()
-            loop = self._loop
+            loop = asyncio.get_running_loop()
 
             def changed(owner: str, kind: Kind, obj: Mapping[str, Any] | None) -> None:
                 loop.call_soon_threadsafe(self._object_changed, owner, kind, obj)
@@ -347,7 +345,7 @@ class Day2:
         for hook in (self.of(watch) or Hooks()).of("watch"):
             if hook.watched != kind:
                 continue
-            if obj is not None and hook.when is not None and not hook.when(frozen(obj)):
+            if obj is not None and hook.when is not None and not _matches(hook, obj):
                 continue
             self._changed[(owner, hook.name)] = obj
             step = functools.partial(self._watched, watch, ns, name, hook)
@@ -355,12 +353,14 @@ class Day2:
 
     async def _watched(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> float | None:
         """Run a watch hook once (under the lock) with the objects as the watch sees them now."""
+        assert hook.watched is not None
+        if not self._watches().synced(hook.watched):
+            return None  # its first listing calls the hook with what it found
         body = await self._fresh(watch, namespace, name)
         if body is None:
             return None
         owner = self._ident(watch, body).owner
         changed = self._changed.pop((owner, hook.name), None)
-        assert hook.watched is not None
         objects = self._watches().of(owner, hook.watched)
         result = await run(hook, self.context(watch, body, objects=objects, changed=changed))
         if result.reason == "HookRetrying":
@@ -522,6 +522,16 @@ class Day2:
                 return 0.0
             raise
         return None
+
+
+def _matches(hook: Hook, obj: Mapping[str, Any]) -> bool:
+    """A watch hook's ``when`` filter; one that raises lets the change through (and says so)."""
+    assert hook.when is not None
+    try:
+        return bool(hook.when(frozen(obj)))
+    except Exception as exc:
+        log.warning("the when= filter of %s raised %r; the hook runs", hook.label, exc)
+        return True
 
 
 def _started(expr: str, decision: Decision, name: str) -> dict[str, Any]:

@@ -59,11 +59,13 @@ class _ObjectWatch(KindWatch):
         self.changed = changed
         self.lock = threading.Lock()
         self.objects: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}  # key -> (signature, object)
+        self.synced = threading.Event()  # the first listing is in
 
     def _listed(self, items: list[dict[str, Any]]) -> None:
         fresh = {_key(o): (meaningful(o), o) for o in items}
         with self.lock:
             old, self.objects = self.objects, fresh
+        self.synced.set()
         touched = {k for k in old.keys() | fresh.keys() if _sig(old.get(k)) != _sig(fresh.get(k))}
         owners = {_owner((fresh.get(k) or old[k])[1]) for k in touched}
         for owner in owners:
@@ -105,6 +107,13 @@ class ObjectWatches:
             if kind not in self._watches:
                 self._watches[kind] = _ObjectWatch(self.kube, kind, self.changed)
                 self._watches[kind].start()
+
+    def synced(self, kind: Kind) -> bool:
+        """Whether the watch of ``kind`` has listed once (before that, its cache knows nothing;
+        the listing then reports every owner that has objects)."""
+        with self._lock:
+            watch = self._watches.get(kind)
+        return watch is not None and watch.synced.is_set()
 
     def of(self, owner: str, kind: Kind) -> list[dict[str, Any]]:
         """The objects of that kind the owner's release made (a copy of the cache)."""

@@ -17,6 +17,7 @@ from helm_operator.hooks.builtin.primary import Member, elect, switch
 from helm_operator.hooks.loader import load
 from helm_operator.hooks.schedule import TaskState, check_interval, decide, run_name, slot_after
 from helm_operator.hooks.testing import Harness, complete_jobs
+from helm_operator.hooks.watchers import meaningful
 
 ROOT = Path(__file__).resolve().parents[2]
 UTC = dt.UTC
@@ -330,3 +331,15 @@ def test_pod_templates_carry_the_owner_label_except_plain_jobs() -> None:
     assert out["c"]["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"] == {OWNER_LABEL: "own"}
     assert "metadata" not in out["j"]["spec"]["template"]  # immutable: an existing Job would fail the upgrade
     assert out["h"]["spec"]["template"]["metadata"]["labels"] == {OWNER_LABEL: "own"}
+
+
+def test_watch_hooks_hear_of_readiness_labels_and_deletion_not_timestamps() -> None:
+    base = pod("db-0")
+    same = pod("db-0", since=NOW + dt.timedelta(seconds=9))  # only a timestamp moved
+    same["metadata"]["resourceVersion"] = "42"
+    assert meaningful(base) == meaningful(same)
+    assert meaningful(base) != meaningful(pod("db-0", ready=False))
+    assert meaningful(base) != meaningful(pod("db-0", role="primary"))
+    deleting = pod("db-0")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+    assert meaningful(base) != meaningful(deleting)
