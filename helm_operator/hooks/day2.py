@@ -416,7 +416,7 @@ class Day2:
                 fields = {"schedule": expr, "nextScheduleTime": rfc3339(decision.next)}
                 await self._save_task(watch, body, hook, fields)
             return max(0.0, min(RECHECK, (decision.next - now).total_seconds()))
-        run_as = run_name(body["metadata"]["name"], hook.name, decision.run)
+        run_as = run_name(body["metadata"]["name"], hook.name, decision.run, seconds=bool(hook.every))
         # Written before the run starts: a restart from here on resumes this run, never repeats the slot.
         await self._save_task(watch, body, hook, _started(expr, decision, run_as))
         if decision.missed:

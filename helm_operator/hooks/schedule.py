@@ -146,10 +146,10 @@ def decide(expr: str, state: TaskState, now: dt.datetime) -> Decision:
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
-def run_name(resource: str, task: str, slot: dt.datetime) -> str:
-    """``<resource>-<task>-<YYYYMMDDHHMM>`` (``…SS`` for a slot off the minute): the same for every
+def run_name(resource: str, task: str, slot: dt.datetime, seconds: bool = False) -> str:
+    """``<resource>-<task>-<YYYYMMDDHHMM>`` (``…SS`` for interval schedules): the same for every
     attempt at one slot, unique across slots; shortened with a stable hash to fit a Job name."""
-    stamp = slot.astimezone(dt.UTC).strftime("%Y%m%d%H%M" if slot.second == 0 else "%Y%m%d%H%M%S")
+    stamp = slot.astimezone(dt.UTC).strftime("%Y%m%d%H%M%S" if seconds else "%Y%m%d%H%M")
     return bounded(f"{resource}-{task}", stamp)
 
 

@@ -93,7 +93,9 @@ def test_interval_schedules_are_epoch_aligned_and_restart_safe() -> None:
     due = decide(expr, state, dt.datetime(2026, 11, 22, 10, 1, 31, tzinfo=UTC))  # two slots passed
     assert due.run == dt.datetime(2026, 11, 22, 10, 1, 30, tzinfo=UTC) and due.missed == 2
     assert decide(expr, TaskState(expr, due.run, due.next), due.run + dt.timedelta(seconds=3)).run is None
-    assert run_name("etcd", "snapshot", due.run) == "etcd-snapshot-20261122100130"
+    assert run_name("etcd", "snapshot", due.run, seconds=True) == "etcd-snapshot-20261122100130"
+    on_the_minute = dt.datetime(2026, 11, 22, 10, 2, tzinfo=UTC)  # one format for every slot
+    assert run_name("etcd", "snapshot", on_the_minute, seconds=True) == "etcd-snapshot-20261122100200"
     for bad, why in [(5, "too short"), ("1h", "whole number"), (True, "whole number")]:
         with pytest.raises(InvalidSpec, match=why):
             check_interval(bad, "spec.backup.backupIntervalInSecond")
