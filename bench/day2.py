@@ -24,17 +24,13 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from helm_operator.dev.devcluster import DevCluster
-from helm_operator.dev.tools import Toolchain
+from bench.session import bench_session
 from tests.e2e.conftest import custom
-from tests.e2e.operator import REPO, OperatorProcess, Resources, eventually
+from tests.e2e.operator import REPO, Resources, eventually
 from tests.e2e.test_day2_stateful import primaries, serving, set_ready
 
 PG = "postgresqlclusters.postgresql.example.com"
@@ -110,25 +106,7 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=REPO / "bench/results/day2.md")
     args = parser.parse_args()
 
-    tools = Toolchain.discover()
-    reuse = os.environ.get("HELM_OPERATOR_KUBECONFIG")
-    cluster = DevCluster.attach(reuse, tools=tools) if reuse else DevCluster(tools=tools, nodes=4).start()
-    workdir = Path(tempfile.mkdtemp(prefix="day2-bench-"))
-    ns = f"bench-{os.urandom(3).hex()}"
-    try:
-        cluster.kubectl("apply", "-f", str(REPO / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        cluster.kubectl("create", "namespace", ns)
-        watches = workdir / "watches.yaml"
-        entries = yaml.safe_load((REPO / "watches.yaml").read_text())
-        for e in entries:
-            e["chart"] = str(REPO / e["chart"])
-            if e.get("hooks"):
-                e["hooks"] = str(REPO / e["hooks"])
-        watches.write_text(yaml.safe_dump(entries))
-        op = OperatorProcess(cluster, tools.helm, workdir, watches, [ns])
-        op.start()
-        res = Resources(cluster, ns)
+    with bench_session("day2") as res:
         pg = {"replicas": 3, "storage": "1Gi", "failoverDelay": f"{DELAY:g}s"}
         res.apply(
             custom(
@@ -170,11 +148,6 @@ def main() -> int:
         if args.cron_runs:
             print(f"cron schedule x{args.cron_runs} (* * * * *)", flush=True)
             cron = schedule_runs(res, PG, "cron", "backup", args.cron_runs, "%Y%m%d%H%M")
-        op.stop()
-    finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        if not reuse:
-            cluster.stop()
 
     lines = [
         "# Day-2 timings",

@@ -17,7 +17,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,9 +25,8 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 
-from helm_operator.dev.devcluster import DevCluster
-from helm_operator.dev.tools import Toolchain
-from tests.e2e.operator import REPO, OperatorProcess, Resources
+from bench.session import bench_session
+from tests.e2e.operator import REPO
 
 NAME = "ms-bench"
 
@@ -96,30 +94,15 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=REPO / "bench/results/drift-latency.md")
     args = parser.parse_args()
 
-    tools = Toolchain.discover()
-    reuse = os.environ.get("HELM_OPERATOR_KUBECONFIG")
-    cluster = DevCluster.attach(reuse, tools=tools) if reuse else DevCluster(tools=tools, nodes=4).start()
-    workdir = Path(tempfile.mkdtemp(prefix="drift-bench-"))
-    ns = f"bench-{os.urandom(3).hex()}"
-    try:
-        cluster.kubectl("apply", "-f", str(REPO / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        cluster.kubectl("create", "namespace", ns)
-        watches = workdir / "watches.yaml"
-        entries = yaml.safe_load((REPO / "watches.yaml").read_text())
-        for e in entries:
-            e["chart"] = str(REPO / e["chart"])
-        watches.write_text(yaml.safe_dump(entries))
-        op = OperatorProcess(cluster, tools.helm, workdir, watches, [ns])
-        op.start()
-        res = Resources(cluster, ns)
+    with bench_session("drift") as res:
+        ns = res.ns
         cr = yaml.safe_load((REPO / "samples/microservicedeploy.yaml").read_text())
         cr["metadata"]["name"] = NAME
         cr["spec"]["autoscaling"] = False
         res.apply(cr)
         res.wait_condition("microservicedeploys.custom.ops", NAME, "Ready", timeout=180)
 
-        config.load_kube_config(str(cluster.kubeconfig))
+        config.load_kube_config(str(res.cluster.kubeconfig))
         core, apps = client.CoreV1Api(), client.AppsV1Api()
         kinds: dict[str, Callable[[int], float]] = {
             "ConfigMap data edited": lambda i: trial_configmap(core, ns, i),
@@ -131,11 +114,6 @@ def main() -> int:
             for label, run in kinds.items():
                 results[label].append(run(i))
                 time.sleep(0.2)  # let the operator go idle: trials must not overlap
-        op.stop()
-    finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        if not reuse:
-            cluster.stop()
 
     every = [s for v in results.values() for s in v]
     lines = [

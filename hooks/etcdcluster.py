@@ -41,7 +41,7 @@ def retention(spec: Mapping[str, Any]) -> Retention:
     return Retention(max_count=count)
 
 
-def _s3(ctx: Context, section: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _s3(section: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The S3 settings of a section (``backup`` or ``restore``) if it stores in S3."""
     kind = str(section.get("storageType") or "")
     if kind and kind != "S3":
@@ -106,20 +106,6 @@ def _s3_url(s3: Mapping[str, Any], file: str) -> str:
     return f"s3://{s3['s3Bucket']}/{prefix + '/' if prefix else ''}{file}"
 
 
-def _job(ctx: Context, name: str, role: str, pod: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": ctx.namespace,
-            "labels": backup.labels(ctx, role),
-            "ownerReferences": [ctx.owner_reference],
-        },
-        "spec": {"backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never", **pod}}},
-    }
-
-
 def claim(ctx: Context) -> str:
     return bounded(ctx.name, "backups")
 
@@ -135,11 +121,11 @@ def snapshot_job(ctx: Context, name: str) -> tuple[dict[str, Any], str]:
         "env": [{"name": "ETCDCTL_API", "value": "3"}],
         "volumeMounts": [{"name": "snapshots", "mountPath": "/snapshots"}, *tls_mounts],
     }
-    s3 = _s3(ctx, _policy(ctx.spec))
+    s3 = _s3(_policy(ctx.spec))
     if s3 is None:
         volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}, *tls_volumes]
         pod = {"containers": [save], "volumes": volumes}
-        return _job(ctx, name, "backup", pod), f"pvc://{claim(ctx)}/{name}.db"
+        return backup.job(ctx, name, "backup", pod), f"pvc://{claim(ctx)}/{name}.db"
     url = _s3_url(s3, f"{name}.db")
     upload = _aws(s3, ["s3", "cp", f"/snapshots/{name}.db", url])
     volumes = [
@@ -147,7 +133,7 @@ def snapshot_job(ctx: Context, name: str) -> tuple[dict[str, Any], str]:
         {"name": "aws", "secret": {"secretName": s3["awsSecret"]}},
         *tls_volumes,
     ]
-    return _job(
+    return backup.job(
         ctx, name, "backup", {"initContainers": [save], "containers": [upload], "volumes": volumes}
     ), url
 
@@ -163,9 +149,9 @@ def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, An
         rm["command"] += [f"/snapshots/{f}" for f in files]
         rm["volumeMounts"] = [{"name": "snapshots", "mountPath": "/snapshots"}]
         volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}]
-        job = _job(ctx, name, "prune", {"containers": [rm], "volumes": volumes})
+        job = backup.job(ctx, name, "prune", {"containers": [rm], "volumes": volumes})
     elif urls:
-        s3 = _s3(ctx, _policy(ctx.spec)) or {}
+        s3 = _s3(_policy(ctx.spec)) or {}
         script = " && ".join(
             f"aws s3 rm {u}" + (f" --endpoint-url {s3['endpoint']}" if s3.get("endpoint") else "")
             for u in urls
@@ -173,7 +159,7 @@ def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, An
         rm = _aws(s3, [])
         rm.update(name="prune", command=["/bin/sh", "-ec", script], args=[])
         rm["volumeMounts"] = [{"name": "aws", "mountPath": "/etc/aws"}]
-        job = _job(
+        job = backup.job(
             ctx,
             name,
             "prune",
@@ -188,7 +174,7 @@ def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, An
 @hooks.validate()
 async def check_policy(ctx: Context) -> None:
     retention(ctx.spec)
-    _s3(ctx, _policy(ctx.spec))
+    _s3(_policy(ctx.spec))
     if (ctx.spec.get("restore") or {}).get("fromBackup") and not (ctx.spec.get("pod") or {}).get(
         "persistentVolumeClaimSpec"
     ):
@@ -225,7 +211,6 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     volumes: list[dict[str, Any]] = []
     if location.startswith("s3://"):
         s3 = _s3(
-            ctx,
             {
                 "storageType": "S3",
                 "s3": (ctx.spec.get("restore") or {}).get("s3") or _policy(ctx.spec).get("s3") or {},
@@ -268,7 +253,9 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
             }
         )
     done = {"name": "done", "image": _image(ctx), "command": [tool, "version"]}
-    return _job(ctx, name, "restore", {"initContainers": init, "containers": [done], "volumes": volumes})
+    return backup.job(
+        ctx, name, "restore", {"initContainers": init, "containers": [done], "volumes": volumes}
+    )
 
 
 @hooks.before("install", timeout=120)

@@ -70,7 +70,6 @@ def _pod(ctx: Context, name: str, script: str) -> dict[str, Any]:
         {"name": "BACKUP", "value": name},
     ]
     return {
-        "restartPolicy": "Never",
         "containers": [
             {
                 "name": "backup",
@@ -85,17 +84,7 @@ def _pod(ctx: Context, name: str, script: str) -> dict[str, Any]:
 
 
 def _job(ctx: Context, name: str, role: str, script: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": ctx.namespace,
-            "labels": backup.labels(ctx, role),
-            "ownerReferences": [ctx.owner_reference],
-        },
-        "spec": {"backoffLimit": 1, "template": {"spec": _pod(ctx, name, script)}},
-    }
+    return backup.job(ctx, name, role, _pod(ctx, name, script))
 
 
 def dump_job(ctx: Context, name: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import yaml
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
-from .operator import REPO, OperatorProcess, Resources
+from .operator import REPO, OperatorProcess, Resources, shipped_watches
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
@@ -175,13 +175,8 @@ def crds(cluster: DevCluster) -> None:
 @pytest.fixture(scope="session")
 def e2e_watches(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shipped watches.yaml (absolute chart and hook paths) plus the test kinds."""
-    entries = yaml.safe_load((REPO / "watches.yaml").read_text())
-    for entry in entries:
-        entry["chart"] = str(REPO / entry["chart"])
-        if str(entry.get("hooks", "")).endswith(".py"):
-            entry["hooks"] = str(REPO / entry["hooks"])
     path = tmp_path_factory.mktemp("watches") / "watches.yaml"
-    path.write_text(yaml.safe_dump([*entries, TINY_WATCH, HOOKED_WATCH, *REALWORLD_WATCHES]))
+    path.write_text(yaml.safe_dump([*shipped_watches(), TINY_WATCH, HOOKED_WATCH, *REALWORLD_WATCHES]))
     return path
 
 

@@ -17,9 +17,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from helm_operator.dev.devcluster import DevCluster
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def shipped_watches() -> list[dict[str, Any]]:
+    """The repository's watches.yaml with chart paths and hook files made absolute, for a copy
+    written elsewhere (module-style hooks are left as they are)."""
+    entries: list[dict[str, Any]] = yaml.safe_load((REPO / "watches.yaml").read_text())
+    for entry in entries:
+        entry["chart"] = str(REPO / entry["chart"])
+        if str(entry.get("hooks", "")).endswith(".py"):
+            entry["hooks"] = str(REPO / entry["hooks"])
+    return entries
 
 
 def eventually(check: Callable[[], Any], timeout: float = 90, what: str = "", interval: float = 0.3) -> Any:

@@ -47,6 +47,22 @@ def labels(ctx: Context, role: str) -> dict[str, str]:
     return {DAY2_LABEL: ctx.owner, "helm-operator.io/day2-role": role}
 
 
+def job(ctx: Context, name: str, role: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A Job of the resource's day-2 work (backup, restore, prune): labelled with its owner and
+    role, owned by the resource, one retry, its Pod never restarted in place."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": labels(ctx, role),
+            "ownerReferences": [ctx.owner_reference],
+        },
+        "spec": {"backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never", **pod}}},
+    }
+
+
 async def run_job(ctx: Context, job: Mapping[str, Any], poll: float = POLL) -> dict[str, Any]:
     """Create the Job (or adopt the one of that name) and wait until it succeeds or fails."""
     meta = job["metadata"]
