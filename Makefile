@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench bench-day2 tools venv clean
+.PHONY: demo test lint unit e2e bench bench-quick bench-drift bench-day2 tools venv clean rbac image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,24 @@ e2e: venv tools
 
 test: lint unit e2e
 
+# config/02-rbac.yaml from what the charts render and the hooks use (after changing either).
+rbac: venv
+	tools/bootstrap helm4
+	eval "$$(tools/bootstrap --print-env)" && $(BIN)/helm-operator rbac --helm "$$HELM_OPERATOR_HELM" \
+	  --watches-file watches.yaml --out config/02-rbac.yaml
+
+image:
+	docker build -t helm-operator:dev .
+
+# Side by side: ours vs plain helm vs the Operator SDK Helm operator (bench/REPORT.md). The full run
+# (N=100,500,1000) takes hours and wants a quiet machine; bench-quick (N=20) is a few-minute smoke test.
 bench: venv tools
+	$(BIN)/python -m bench $(ARGS)
+
+bench-quick: venv tools
+	$(BIN)/python -m bench --quick $(ARGS)
+
+bench-drift: venv tools
 	$(BIN)/python -m bench.drift_latency $(ARGS)
 
 bench-day2: venv tools

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any
 from pyhelm3 import Command, errors
 
 from helm_operator.adapters import postrender
+from helm_operator.adapters.metrics import HELM_ACTION_DURATION, HELM_PROCESSES, HELM_QUEUE
 from helm_operator.config.charts import ChartRef
 from helm_operator.core.masking import mask
 from helm_operator.core.naming import OWNER_LABEL
@@ -103,6 +105,7 @@ class _Command(Command):  # type: ignore[misc]
 
     async def run(self, command: list[Any], input: bytes | None = None) -> bytes:
         self.invocations += 1
+        HELM_PROCESSES.labels(command=command[0] if command else "").inc()
         extra = _extra_args.get()
         if "--history-max" in extra and "--history-max" in command:
             i = command.index("--history-max")  # pyhelm3's own default; ours is per call
@@ -130,6 +133,14 @@ class HelmSettings:
     chart_cache: Path = Path.home() / ".cache/helm-operator/charts"  # pulled remote charts
 
 
+@dataclass(frozen=True)
+class Rendered:
+    """A release rendered by a dry-run: its objects (post-rendered) and its Helm hooks."""
+
+    manifest: str  # YAML stream of the objects Helm applies
+    hooks: tuple[Mapping[str, Any], ...] = ()  # Helm's hook records: kind, name, events, manifest
+
+
 class HelmAborted(RuntimeError):
     """The action was stopped on purpose (its resource is being deleted)."""
 
@@ -142,6 +153,7 @@ class Helm:
         settings.chart_cache.mkdir(parents=True, exist_ok=True)
         self._cmd = self._command(settings.executable)
         self._slots = asyncio.Semaphore(settings.max_processes)
+        self.waiting = 0  # actions waiting for a helm process slot
         self._postrender_ready = False
 
     def _command(self, executable: str) -> _Command:
@@ -164,6 +176,7 @@ class Helm:
             return False
         if not self._postrender_ready:
             postrender.install(workdir)
+            HELM_PROCESSES.labels(command="version").inc()
             major = (await asyncio.to_thread(self._cmd.client_version)).major
             real = shutil.which(self.settings.executable) or self.settings.executable
             env = [f'PATH="{workdir / "bin"}:$PATH"']
@@ -184,13 +197,22 @@ class Helm:
 
     async def _call(
         self,
+        action: str,
         values: Any,
         extra: Sequence[str],
         coro_factory: Any,
         abort: asyncio.Event | None = None,
         needles: Sequence[str] = (),
     ) -> Any:
-        async with self._slots:
+        self.waiting += 1
+        HELM_QUEUE.inc()
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+            HELM_QUEUE.dec()
+        started = time.monotonic()
+        try:
             with _with_args(extra):
                 task = asyncio.ensure_future(coro_factory())  # copies the context: extra args
             try:
@@ -210,6 +232,9 @@ class Helm:
                 if reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
                     text = tenant_message(text)
                 raise HelmError(reason, mask(text, values)) from None
+        finally:
+            self._slots.release()
+            HELM_ACTION_DURATION.labels(action=action).observe(time.monotonic() - started)
 
     async def install_or_upgrade(
         self,
@@ -226,9 +251,13 @@ class Helm:
         scopes: Mapping[str, bool] | None = None,
         tenant: TenantRules = NOT_ENFORCED,
         abort: asyncio.Event | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """``helm upgrade --install``; ``abort`` set while it runs stops helm (SIGTERM) at once."""
+        """``helm upgrade --install``; ``abort`` set while it runs stops helm (SIGTERM) at once.
+        ``dry_run``: ``--dry-run=server``, nothing is stored or applied (see :meth:`render`)."""
         extra = ["--history-max", str(history_max)]
+        if dry_run:
+            extra.append("--dry-run=server")
         if labels:
             extra += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
         verdict = None
@@ -262,7 +291,8 @@ class Helm:
 
         try:
             needles = ("upgrade", name, "--namespace", namespace)
-            result: dict[str, Any] = await self._call(values, extra, go, abort, needles)
+            action = "render" if dry_run else "upgrade"
+            result: dict[str, Any] = await self._call(action, values, extra, go, abort, needles)
         except HelmError as exc:
             # The post-renderer refused objects; Helm 4 does not pass its stderr on, so it also
             # leaves its verdict in a file.
@@ -274,6 +304,40 @@ class Helm:
             if verdict is not None:
                 verdict.unlink(missing_ok=True)
         return result
+
+    async def render(
+        self,
+        name: str,
+        namespace: str,
+        chart: ChartRef,
+        values: Mapping[str, Any],
+        *,
+        labels: Mapping[str, str],
+        timeout: float,
+        history_max: int,
+        owner_ref: Mapping[str, Any] | None = None,
+        scopes: Mapping[str, bool] | None = None,
+        tenant: TenantRules = NOT_ENFORCED,
+    ) -> Rendered:
+        """What :meth:`install_or_upgrade` would make of the release, without making it: the same
+        command line, flags and post-renderer, run with ``--dry-run=server`` (templates see the
+        cluster, ``lookup`` works, install vs upgrade is decided as for real; nothing is stored)."""
+        result = await self.install_or_upgrade(
+            name,
+            namespace,
+            chart,
+            values,
+            labels=labels,
+            timeout=timeout,
+            wait=False,
+            history_max=history_max,
+            owner_ref=owner_ref,
+            scopes=scopes,
+            tenant=tenant,
+            dry_run=True,
+        )
+        hooks = tuple(h for h in result.get("hooks") or () if isinstance(h, Mapping))
+        return Rendered(str(result.get("manifest") or ""), hooks)
 
     async def pull(self, chart: ChartRef) -> Path:
         """A remote chart (pinned version) as a local directory, pulled once and kept on disk."""
@@ -289,7 +353,7 @@ class Helm:
         async def go() -> Any:
             return await self._cmd.pull(chart.ref, repo=chart.repo, version=chart.version)
 
-        unpacked: Path = await self._call({}, [], go)
+        unpacked: Path = await self._call("pull", {}, [], go)
         if final.exists():  # pulled concurrently by another reconcile
             shutil.rmtree(unpacked, ignore_errors=True)
         else:
@@ -304,14 +368,14 @@ class Helm:
                 name, revision, namespace=namespace, timeout=f"{int(timeout)}s", wait=wait
             )
 
-        await self._call({}, ["--history-max", str(history_max)], go)
+        await self._call("rollback", {}, ["--history-max", str(history_max)], go)
 
     async def uninstall(self, name: str, namespace: str, *, timeout: float, wait: bool) -> None:
         async def go() -> Any:
             return await self._cmd.uninstall(name, namespace=namespace, timeout=f"{int(timeout)}s", wait=wait)
 
         try:
-            await self._call({}, [], go)
+            await self._call("uninstall", {}, [], go)
         except HelmError as exc:
             if "not found" not in exc.message:
                 raise

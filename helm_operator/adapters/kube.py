@@ -77,6 +77,43 @@ class Kube:
         out: dict[str, Any] = result.to_dict()
         return out
 
+    def patch_dry_run(
+        self, doc: Mapping[str, Any], patch: Mapping[str, Any], namespace: str, strategic: bool
+    ) -> dict[str, Any]:
+        """What patching ``doc``'s live object with ``patch`` (a strategic merge patch, or a JSON
+        merge patch) would make of it; nothing is stored. A kind without strategic merge (custom
+        resources) answers 415."""
+        res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
+        meta = doc.get("metadata") or {}
+        ns = (meta.get("namespace") or namespace) if res.namespaced else None
+        content_type = f"application/{'strategic-merge-patch' if strategic else 'merge-patch'}+json"
+        result = res.patch(
+            body=dict(patch), name=meta["name"], namespace=ns, content_type=content_type, dry_run="All"
+        )
+        out: dict[str, Any] = result.to_dict()
+        return out
+
+    def dry_run_write(self, doc: Mapping[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The object as the API server would store it with ``doc``'s spec (create, or replace of
+        ``live`` keeping its metadata and taking ``doc``'s labels and annotations), validated and
+        defaulted by the server; nothing is stored (``dryRun=All``)."""
+        res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
+        body = {k: v for k, v in doc.items() if k != "status"}
+        meta = dict(doc.get("metadata") or {})
+        ns = meta.get("namespace") if res.namespaced else None
+        if live is None:
+            body["metadata"] = meta
+            created: dict[str, Any] = res.create(body=body, namespace=ns, dry_run="All").to_dict()
+            return created
+        have = dict(live.get("metadata") or {})
+        for key in ("labels", "annotations"):
+            have[key] = {**(have.get(key) or {}), **(meta.get(key) or {})}
+        body["metadata"] = have
+        replaced: dict[str, Any] = res.replace(
+            body=body, name=meta["name"], namespace=ns, dry_run="All"
+        ).to_dict()
+        return replaced
+
     def get_custom(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
         group, _, version = ref.api_version.rpartition("/")
         api = client.CustomObjectsApi(self.api)
@@ -128,6 +165,17 @@ class Kube:
     def terminating_namespaces(self) -> list[str]:
         items: Any = self.core.list_namespace().items
         return [str(n.metadata.name) for n in items if n.metadata.deletion_timestamp]
+
+    def list_custom(self, api_version: str, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        """Every custom resource of a kind, in one namespace or (None) in all."""
+        group, _, version = api_version.rpartition("/")
+        api = client.CustomObjectsApi(self.api)
+        if namespace:
+            listing: Any = api.list_namespaced_custom_object(group, version, namespace, plural)
+        else:
+            listing = api.list_cluster_custom_object(group, version, plural)
+        items: list[dict[str, Any]] = listing["items"]
+        return items
 
     def deleting_custom(
         self, api_version: str, plural: str, namespace: str, finalizer: str

@@ -1,9 +1,54 @@
-"""Prometheus metrics of the operator (served with ``helm-operator run --metrics-port``)."""
+"""Prometheus metrics of the operator (served with ``helm-operator run --metrics-bind-address``).
+
+Names follow Prometheus conventions (``_total`` counters, ``_seconds`` histograms). Labels are the
+watch key (group/version/kind), never a resource name, so cardinality stays bounded by the kinds.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+import threading
+from collections import Counter as Tally
 
+from prometheus_client import Counter, Gauge, Histogram
+
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+
+RECONCILES = Counter(
+    "helm_operator_reconciles_total",
+    "Reconciles of custom resources by watch, the Helm action they ran (none: nothing to do) and result",
+    ["watch", "action", "result"],
+)
+RECONCILE_DURATION = Histogram(
+    "helm_operator_reconcile_duration_seconds",
+    "Time of one reconcile, from the handler's start to its status written",
+    ["watch"],
+    buckets=DURATION_BUCKETS,
+)
+HELM_ACTION_DURATION = Histogram(
+    "helm_operator_helm_action_duration_seconds",
+    "Time of one Helm action (install/upgrade, rollback, uninstall, pull), waiting for a slot excluded",
+    ["action"],
+    buckets=DURATION_BUCKETS,
+)
+HELM_PROCESSES = Counter(
+    "helm_operator_helm_processes_total",
+    "helm processes started, by helm command (upgrade, uninstall, version …)",
+    ["command"],
+)
+HELM_QUEUE = Gauge(
+    "helm_operator_helm_queue_depth",
+    "Helm actions waiting for a free helm process slot (--max-helm-processes)",
+)
+QUEUE_DEPTH = Gauge(
+    "helm_operator_queue_depth",
+    "Reconciles and drift checks waiting for a slot of their kind (maxConcurrentReconciles)",
+    ["watch"],
+)
+RELEASES = Gauge(
+    "helm_operator_releases",
+    "Releases by watch and by the state of their last reconcile (ready, progressing, failed, stalled)",
+    ["watch", "state"],
+)
 DRIFT_CORRECTIONS = Counter(
     "helm_operator_drift_corrections_total",
     "Objects re-asserted because they drifted from the deployed release",
@@ -19,3 +64,31 @@ DEPENDENT_CACHE = Gauge(
     "Objects held in the cache of each dependent watch (label-filtered server-side)",
     ["kind"],
 )
+LEADER = Gauge(
+    "helm_operator_leader", "1 while this replica holds the leader lease (or runs without election)"
+)
+
+STATES = ("ready", "progressing", "failed", "stalled")
+
+
+class ReleaseStates:
+    """The state of each release's last reconcile, summed per watch into ``RELEASES``."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, tuple[str, str]] = {}  # release key -> (watch, state)
+        self._mutex = threading.Lock()
+
+    def set(self, watch: str, release: str, state: str) -> None:
+        with self._mutex:
+            self._state[release] = (watch, state)
+            self._publish(watch)
+
+    def forget(self, watch: str, release: str) -> None:
+        with self._mutex:
+            self._state.pop(release, None)
+            self._publish(watch)
+
+    def _publish(self, watch: str) -> None:
+        counts = Tally(s for w, s in self._state.values() if w == watch)
+        for state in STATES:
+            RELEASES.labels(watch=watch, state=state).set(counts.get(state, 0))

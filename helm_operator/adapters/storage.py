@@ -63,9 +63,22 @@ def latest_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRe
     secrets = _secrets(api, name, namespace)
     if not secrets:
         return None
-    latest = secrets[-1]
-    labels = latest.metadata.labels or {}
-    body = _decoded(namespace, latest)
+    return _stored(name, namespace, secrets[-1], secrets)
+
+
+def current_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | None:
+    """The revision Helm's next upgrade starts from: the last deployed one, else the latest. Its
+    objects that the new revision no longer renders are deleted by that upgrade."""
+    secrets = _secrets(api, name, namespace)
+    deployed = [s for s in secrets if (s.metadata.labels or {}).get("status") == "deployed"]
+    chosen = deployed or secrets
+    return _stored(name, namespace, chosen[-1], secrets) if chosen else None
+
+
+def _stored(name: str, namespace: str, secret: Any, secrets: list[Any]) -> StoredRelease:
+    """One revision's record; ``secrets``: all of the release's, for its history flags."""
+    labels = secret.metadata.labels or {}
+    body = _decoded(namespace, secret)
     meta = (body.get("chart") or {}).get("metadata") or {}
     statuses = {(s.metadata.labels or {}).get("status") for s in secrets}
     return StoredRelease(
@@ -81,6 +94,7 @@ def latest_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRe
         ever_deployed=bool(statuses & {"deployed", "superseded"}),
         interrupted=str((body.get("info") or {}).get("description", "")).startswith(UNLOCKED_PREFIX),
         manifest=str(body.get("manifest") or ""),
+        apply_method=str(body.get("apply_method") or "csa"),
     )
 
 

@@ -62,6 +62,33 @@ def _app(args: argparse.Namespace, **settings: Any) -> Any:
         raise _Refused(1) from None
 
 
+def _serving(args: argparse.Namespace) -> dict[str, Any]:
+    """Endpoints and leader election from the flags; a bad value is a start-up refusal."""
+    from helm_operator.runtime.leader import LeaderSettings, default_namespace
+    from helm_operator.runtime.probes import parse_bind
+
+    try:
+        metrics = parse_bind(args.metrics_bind_address, "--metrics-bind-address")
+        probes = parse_bind(args.health_probe_bind_address, "--health-probe-bind-address")
+    except ValueError as exc:
+        print(f"helm-operator: {exc}", file=sys.stderr)
+        raise _Refused(EXIT_CONFIG) from None
+    leader = None
+    if args.leader_elect:
+        leader = LeaderSettings(
+            namespace=args.leader_election_namespace or default_namespace(),
+            name=args.leader_election_id,
+            lease_duration=args.leader_election_lease_duration,
+            renew_deadline=args.leader_election_renew_deadline,
+            retry_period=args.leader_election_retry_period,
+        )
+        for problem in leader.problems():
+            print(f"helm-operator: {problem}", file=sys.stderr)
+        if leader.problems():
+            raise _Refused(EXIT_CONFIG)
+    return {"metrics_bind": metrics, "probes_bind": probes, "leader": leader}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from helm_operator.release.state import RetryPolicy
 
@@ -75,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             max_helm_processes=args.max_helm_processes,
             retry=RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries),
             chart_cache=Path(args.chart_cache),
-            metrics_port=args.metrics_port,
+            **_serving(args),
         )
     except _Refused as exc:
         return exc.code
@@ -242,7 +269,33 @@ def build_parser() -> argparse.ArgumentParser:
         default=str(Path.home() / ".cache/helm-operator/charts"),
         help="where remote charts (oci:// or repo) are pulled to",
     )
-    run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    run.add_argument(
+        "--metrics-bind-address",
+        default="0",
+        help="serve Prometheus metrics on HOST:PORT or :PORT (all interfaces); 0 (default): off",
+    )
+    run.add_argument(
+        "--health-probe-bind-address",
+        default="0",
+        help="serve /healthz and /readyz on HOST:PORT or :PORT; 0 (default): off",
+    )
+    run.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of a coordination.k8s.io Lease acts",
+    )
+    run.add_argument(
+        "--leader-election-namespace",
+        default=None,
+        help="where the Lease lives (default $POD_NAMESPACE, else the service account's namespace)",
+    )
+    run.add_argument("--leader-election-id", default="helm-operator", help="the Lease's name")
+    run.add_argument("--leader-election-lease-duration", type=int, default=15, help="seconds")
+    run.add_argument("--leader-election-renew-deadline", type=int, default=10, help="seconds")
+    run.add_argument("--leader-election-retry-period", type=int, default=2, help="seconds")
+    run.add_argument(
+        "--log-format", choices=("text", "json"), default="text", help="json: one object per line"
+    )
     run.set_defaults(func=cmd_run)
 
     fin = sub.add_parser(
@@ -273,15 +326,20 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--namespace", default="demo", help="where the samples are applied")
     reap = dev_sub.add_parser("reap", help="remove clusters whose owning process died")
     reap.set_defaults(func=cmd_dev_reap)
+
+    from helm_operator.cli import api, diff, project
+
+    project.register(sub)  # init, rbac
+    api.register(sub)  # create-api
+    diff.register(sub)  # diff
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from helm_operator.runtime import logs
+
+    logs.setup(logging.DEBUG if args.verbose else logging.INFO, getattr(args, "log_format", "text"))
     if args.command != "dev":
         rc: int = args.func(args)
         return rc

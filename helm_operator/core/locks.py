@@ -17,10 +17,15 @@ class Concurrency:
     def __init__(self) -> None:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._slots: dict[str, asyncio.Semaphore] = {}
+        self.waiting: defaultdict[str, int] = defaultdict(int)  # per kind: waiting for a slot
 
     def limit(self, kind_key: str, slots: int) -> None:
         """Declare how many reconciles of a kind may run at once (before any runs)."""
         self._slots[kind_key] = asyncio.Semaphore(slots)
+
+    def queued(self, kind_key: str) -> int:
+        """Reconciles and drift checks of a kind waiting for a slot (the queue-depth metric)."""
+        return self.waiting[kind_key]
 
     @contextlib.asynccontextmanager
     async def slot(self, kind_key: str) -> AsyncIterator[None]:
@@ -28,8 +33,15 @@ class Concurrency:
         if sem is None:
             yield
             return
-        async with sem:
+        self.waiting[kind_key] += 1
+        try:
+            await sem.acquire()
+        finally:
+            self.waiting[kind_key] -= 1
+        try:
             yield
+        finally:
+            sem.release()
 
     @contextlib.asynccontextmanager
     async def release(self, kind_key: str, release_key: str) -> AsyncIterator[None]:

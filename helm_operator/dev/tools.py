@@ -18,7 +18,19 @@ BOOTSTRAP = REPO_ROOT / "tools" / "bootstrap"
 
 
 class ToolsMissing(RuntimeError):
-    """A binary the product needs has not been built yet."""
+    """A binary the product needs has not been built yet (or there is no checkout to build it from)."""
+
+
+def require_checkout() -> None:
+    """``helm-operator dev`` builds its tools with the checkout's ``tools/bootstrap`` and applies its
+    ``crds/`` and ``samples/``: an installed package alone (``pip install``) has none of them."""
+    if not BOOTSTRAP.is_file():
+        raise ToolsMissing(
+            "`helm-operator dev` works from a checkout of the helm-operator repository "
+            f"(it uses tools/bootstrap, crds/ and samples/; none at {REPO_ROOT}): "
+            "clone it and run `pip install -e .` there; the operator itself (`helm-operator run`) "
+            "needs no checkout"
+        )
 
 
 def _pinned_versions() -> dict[str, str]:
@@ -50,6 +62,7 @@ class Toolchain:
 
     @classmethod
     def discover(cls) -> Toolchain:
+        require_checkout()
         pins = _pinned_versions()
         base = tools_dir()
 

@@ -27,9 +27,9 @@ from helm_operator.core.naming import DRIFT_ANNOTATION
 from helm_operator.drift.diff import (
     ObjectDrift,
     comparable,
+    ignored_pointers,
     object_drift,
     rules_for,
-    trusted_rules,
     with_helm_ownership,
     without_ignored,
 )
@@ -148,11 +148,9 @@ async def check_release(
     if announce is not None:
         await announce(found)  # Drifted=True while correcting
     for doc, live, drift in drifts:
-        kind, name = drift.kind, drift.name
-        owned = [*rules, *trusted_rules(kind, name, live, watch.drift_trusted_managers)]
-        ignored = [r.pointer for r in owned if r.matches(kind, name, r.pointer)]
+        ignored = ignored_pointers(drift.kind, drift.name, live, rules, watch.drift_trusted_managers)
         await asyncio.to_thread(kube.apply, without_ignored(doc, ignored), release.namespace)
-        DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=kind).inc()
+        DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=drift.kind).inc()
     return DriftReport(mode, found, corrected=True, health=health)
 
 

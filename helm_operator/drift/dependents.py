@@ -72,6 +72,7 @@ class KindWatch:
         self.thread = threading.Thread(target=self._run, name=f"watch-{kind[1]}", daemon=True)
         self.label = f"{kind[1]}.{kind[0]}"
         self.failures, self.failing_since = 0, 0.0  # consecutive failed attempts (API server away)
+        self.synced = threading.Event()  # the first listing is in the cache
 
     def _run(self) -> None:
         while not self.stopped.is_set():
@@ -138,6 +139,7 @@ class KindWatch:
         }
         changed = relist_changes(self.cache, fresh)  # empty on the first listing
         self.cache = fresh
+        self.synced.set()
         for owner in changed:
             self.notify(owner)
         DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
@@ -202,6 +204,12 @@ class DependentWatches:
         """Per-kind cache sizes and the selector used: what tests and metrics read."""
         with self._lock:
             return {"selector": SELECTOR, "kinds": {w.label: len(w.cache) for w in self._watches.values()}}
+
+    def unsynced(self) -> str | None:
+        """None when every watch has its first listing; otherwise which have not (for readiness)."""
+        with self._lock:
+            waiting = sorted(w.label for w in self._watches.values() if not w.synced.is_set())
+        return f"waiting for the first listing of {', '.join(waiting)}" if waiting else None
 
     def stop(self) -> None:
         with self._lock:

@@ -235,6 +235,19 @@ def object_drift(
     return ObjectDrift(api_version, kind, namespace, name, paths=tuple(paths))
 
 
+def ignored_pointers(
+    kind: str,
+    name: str,
+    live: Mapping[str, Any] | None,
+    rules: Sequence[IgnoreRule],
+    trusted_managers: Sequence[str] = (),
+) -> list[str]:
+    """The paths of one object a correction leaves out: the rules that apply to it, and the fields
+    trusted managers own in ``live``."""
+    owned = [*rules, *trusted_rules(kind, name, live, trusted_managers)]
+    return [r.pointer for r in owned if r.matches(kind, name, r.pointer)]
+
+
 def without_ignored(doc: Mapping[str, Any], pointers: Iterable[str]) -> dict[str, Any]:
     """The object to apply minus ignored plain-map fields, so a correction of other fields never
     resets what an HPA or a trusted manager owns (a field left out of an apply is not touched)."""

@@ -25,3 +25,6 @@ class StoredRelease:
     ever_deployed: bool = False
     interrupted: bool = False  # failed because its writer died mid-action (unlocked), not by its own fault
     manifest: str = field(default="", repr=False, compare=False)  # the rendered objects (YAML stream)
+    # How Helm applied it: "ssa" (server-side apply) or "csa" (a three-way merge patch: Helm 3, whose
+    # records do not say, and Helm 4 on releases first made that way); the next upgrade does the same.
+    apply_method: str = ""

@@ -13,10 +13,13 @@ import logging
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +30,9 @@ from kubernetes import client, config
 from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmSettings
 from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.report import Reporter
-from helm_operator.config.watches import Watch, resolve
+from helm_operator.config.watches import Watch, resolve, selector_matches
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.dependents import DependentWatches
@@ -36,9 +40,11 @@ from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
-from helm_operator.runtime.handlers import OutageLogFilter, configure, register
+from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
+from helm_operator.runtime.leader import LeaderSettings, Leadership
+from helm_operator.runtime.probes import Probes, serve
 from helm_operator.runtime.reconcile import Runtime, finalize
-from helm_operator.runtime.sweeper import sweep_terminating
+from helm_operator.runtime.sweeper import in_patterns, sweep_terminating
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +61,9 @@ class Settings:
     max_helm_processes: int = 4
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     chart_cache: Path = Path.home() / ".cache/helm-operator/charts"
-    metrics_port: int = 0
+    metrics_bind: tuple[str, int] | None = None  # None: no metrics endpoint
+    probes_bind: tuple[str, int] | None = None  # None: no /healthz and /readyz
+    leader: LeaderSettings | None = None  # None: no election, this process acts at once
     hooks: Mapping[str, Hooks] = field(default_factory=dict)  # watch key -> its loaded hook module
 
 
@@ -70,7 +78,9 @@ def _kube_configuration(kubeconfig: str | None) -> client.Configuration:
 
 def _connection_info(cfg: client.Configuration) -> kopf.ConnectionInfo:
     """kopf's credentials from the same configuration the kubernetes client uses."""
-    token = (cfg.api_key or {}).get("authorization", "")
+    keys = cfg.api_key or {}
+    # The client keeps a kubeconfig's token under "BearerToken" (older releases: "authorization").
+    token = keys.get("authorization") or keys.get("BearerToken") or ""
     scheme, _, value = token.partition(" ")
     return kopf.ConnectionInfo(
         server=cfg.host,
@@ -133,7 +143,17 @@ class App:
         )
         self.drift = DriftScheduler(self.checker, self.runtime.concurrency)
         self.registry = kopf.OperatorRegistry()
+        self.probes = Probes()
+        self.probes.ready_check("dependent watches", self.dependents.unsynced)
+        self.states = ReleaseStates()
+        self.leadership: Leadership | None = None
+        if settings.leader is not None:
+            self.leadership = Leadership(self.kube.api, settings.leader)
+            self.probes.live_check("leader election", self._election_alive)
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def _election_alive(self) -> str | None:
+        return None if self.leadership is None or self.leadership.alive() else "election thread stopped"
 
     def _dependent_changed(self, owner: str) -> None:
         """Called from a dependent watch's thread: hand the owner to the drift scheduler's loop."""
@@ -178,20 +198,31 @@ class App:
         async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             configure(settings)
             loop = asyncio.get_running_loop()
-            if self.settings.metrics_port:
-                prometheus_client.start_http_server(self.settings.metrics_port, addr="127.0.0.1")
-            task = loop.create_task(sweep_terminating(runtime, watches, self.settings.namespaces, drift))
-            self._tasks.add(task)
+            for coro in (
+                self._heartbeat(),
+                sweep_terminating(runtime, watches, self.settings.namespaces, drift),
+            ):
+                task = loop.create_task(coro)
+                self._tasks.add(task)
+            # Before kopf's watch streams start: what readiness waits for to be handled once.
+            try:
+                self.probes.expect(await asyncio.to_thread(self._first_listing, watches))
+            except Exception as exc:  # readiness then only waits for the caches; nothing else depends on it
+                log.warning("could not list the watched resources for readiness: %s", exc)
+                self.probes.expect(())
 
         @kopf.on.cleanup(registry=registry)
         def _cleanup(**_: Any) -> None:
             runtime.draining = True
+            for task in self._tasks:  # endless loops: kopf would wait 5 s for them before cancelling
+                task.cancel()
             self.dependents.stop()
             if runtime.day2 is not None:
                 runtime.day2.stop()
 
         for watch in watches:
-            register(watch, runtime, registry, drift)
+            register(watch, runtime, registry, drift, self.probes, self.states)
+            QUEUE_DEPTH.labels(watch=watch.key).set_function(partial(runtime.concurrency.queued, watch.key))
             log.info(
                 "watching %s (%s, %s) -> chart %s",
                 watch.kind,
@@ -199,6 +230,46 @@ class App:
                 watch.plural,
                 watch.chart.ref,
             )
+
+    async def _heartbeat(self) -> None:
+        """The liveness probe's evidence that the event loop turns."""
+        while True:
+            self.probes.beat()
+            await asyncio.sleep(1.0)
+
+    def _first_listing(self, watches: Sequence[Watch]) -> list[str]:
+        """Every custom resource the operator will handle on start (selector and namespaces applied)."""
+        patterns = self.settings.namespaces
+        globbed = any(c in n for n in patterns for c in "*?[!")
+        found = []
+        for watch in watches:
+            namespaced = patterns and not globbed and watch.scope == "Namespaced"
+            for ns in list(patterns) if namespaced else [None]:
+                for item in self.kube.list_custom(watch.api_version, watch.served_plural, ns):
+                    meta = item["metadata"]
+                    if globbed and meta.get("namespace") and not in_patterns(meta["namespace"], patterns):
+                        continue
+                    if watch.selector and not selector_matches(watch.selector, meta.get("labels") or {}):
+                        continue
+                    found.append(resource_key(watch, meta.get("namespace"), meta["name"]))
+        return found
+
+    def _wait_for_lease(self) -> bool:
+        """A standby blocks here (answering probes) until it leads; False if told to stop first."""
+        assert self.leadership is not None
+        stop = threading.Event()
+
+        def stopping(signum: int, frame: Any) -> None:
+            stop.set()
+
+        previous = {s: signal.signal(s, stopping) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.probes.role = "standby"
+            self.leadership.start()
+            return self.leadership.wait_until_leading(stop)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
     def release_stuck(self, kind: str, name: str, namespace: str | None) -> str:
         """Uninstall one resource's release and drop the operator's finalizer from it: the way out
@@ -223,7 +294,17 @@ class App:
 
     def run(self) -> int:
         try:
+            if self.settings.metrics_bind is not None:
+                host, port = self.settings.metrics_bind
+                prometheus_client.start_http_server(port, addr=host)
+                log.info("metrics on %s:%d/metrics", host, port)
+            if self.settings.probes_bind is not None:
+                serve(self.settings.probes_bind, self.probes)
             watches = self.resolve_watches()
+            if self.leadership is not None and not self._wait_for_lease():
+                return 0
+            LEADER.set(1)
+            self.probes.lead()
             self._wire(watches)
             # No `helm version` here: a restart must not start a single helm process when nothing changed.
             names = ", ".join(self.settings.namespaces) or "all"
@@ -235,6 +316,9 @@ class App:
                 standalone=True,
             )
         finally:
+            if self.leadership is not None:
+                self.leadership.release()
+            LEADER.set(0)
             self.close()
         return 0
 

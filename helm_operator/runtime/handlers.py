@@ -9,7 +9,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -18,13 +18,17 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import ObjectRef
+from helm_operator.adapters.metrics import RECONCILE_DURATION, RECONCILES, ReleaseStates
 from helm_operator.config.watches import Watch, selector_matches
 from helm_operator.core.conditions import Update, keep_transitions, merge_conditions, says
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
 from helm_operator.hooks.day2 import CONDITION
+from helm_operator.release.identity import identify
 from helm_operator.release.status import status_patch
+from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.probes import Probes
 from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
@@ -130,15 +134,27 @@ class Handlers:
     watch: Watch
     runtime: Runtime
     drift: DriftScheduler
+    probes: Probes
+    states: ReleaseStates
 
     def _ref(self, meta: kopf.Meta) -> ObjectRef:
         return ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace, meta.uid)
 
+    @contextlib.contextmanager
+    def _handling(self, meta: kopf.Meta) -> Iterator[None]:
+        """Log lines name the resource; readiness learns it was handled since start."""
+        with logs.resource(self.watch.kind, meta.namespace, meta.name):
+            try:
+                yield
+            finally:
+                self.probes.handled(resource_key(self.watch, meta.namespace, meta.name))
+
     async def change(
         self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, retry: int = 0, **_: Any
     ) -> None:
-        async with _api_errors_as_retries(retry):
-            await self._change(spec, status, meta)
+        with self._handling(meta):
+            async with _api_errors_as_retries(retry):
+                await self._change(spec, status, meta)
 
     async def _change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> None:
         if meta.get("deletionTimestamp"):
@@ -156,7 +172,11 @@ class Handlers:
             dict(meta.annotations),
         )
         rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
+        started = time.monotonic()
         result = await reconcile(rt, cr)
+        phase, action = result.outcome.phase, result.outcome.action or "none"
+        RECONCILES.labels(watch=watch.key, action=action, result=phase).inc()
+        self.states.set(watch.key, cr.ident.key, phase)
         ref = self._ref(meta)
         patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
         events = list(result.events)
@@ -181,12 +201,17 @@ class Handlers:
             patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
             await rt.reporter.events(ref, events)
             await rt.reporter.status(ref, watch.served_plural, patch)
+        RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
 
     async def resync(self, meta: kopf.Meta, retry: int = 0, **_: Any) -> None:
         # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is being
         # deleted) that body is stale. Never install or upgrade for a resource that is going away.
+        with self._handling(meta):
+            await self._resync(meta, retry)
+
+    async def _resync(self, meta: kopf.Meta, retry: int) -> None:
         async with _api_errors_as_retries(retry):
             ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
             fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
@@ -196,8 +221,9 @@ class Handlers:
             await self._change(body.spec, body.status, body.meta)
 
     async def delete(self, meta: kopf.Meta, retry: int = 0, **_: Any) -> None:
-        async with _api_errors_as_retries(retry):
-            await self._delete(meta)
+        with self._handling(meta):
+            async with _api_errors_as_retries(retry):
+                await self._delete(meta)
 
     async def _delete(self, meta: kopf.Meta) -> None:
         rt, watch, ref = self.runtime, self.watch, self._ref(meta)
@@ -208,11 +234,15 @@ class Handlers:
         try:
             message, events = await finalize(rt, watch, meta.namespace, meta.name, body)
         except UninstallBlocked as exc:
+            RECONCILES.labels(watch=watch.key, action="uninstall", result="blocked").inc()
             await self._blocked(ref, body or {}, exc)
             raise kopf.TemporaryError(str(exc)[:200], delay=exc.result.retry_after or 30) from None
         except RuntimeError as exc:
+            RECONCILES.labels(watch=watch.key, action="uninstall", result="failed").inc()
             await rt.reporter.events(ref, [("Warning", "UninstallFailed", str(exc))])
             raise kopf.TemporaryError(str(exc), delay=10) from None
+        RECONCILES.labels(watch=watch.key, action="uninstall", result="ready").inc()
+        self.states.forget(watch.key, identify(watch, meta.namespace, meta.name).key)
         self.drift.forget(watch, meta.namespace, meta.name)
         if rt.day2 is not None:
             rt.day2.forget(watch, meta.namespace, meta.name)
@@ -238,9 +268,21 @@ class Handlers:
         )
 
 
-def register(watch: Watch, runtime: Runtime, registry: kopf.OperatorRegistry, drift: DriftScheduler) -> None:
+def resource_key(watch: Watch, namespace: str | None, name: str) -> str:
+    """One custom resource, as readiness counts them."""
+    return f"{watch.key}/{namespace or ''}/{name}"
+
+
+def register(
+    watch: Watch,
+    runtime: Runtime,
+    registry: kopf.OperatorRegistry,
+    drift: DriftScheduler,
+    probes: Probes,
+    states: ReleaseStates,
+) -> None:
     """Register resume/create/update/resync/delete handlers for one watched kind."""
-    h = Handlers(watch, runtime, drift)
+    h = Handlers(watch, runtime, drift, probes, states)
     runtime.concurrency.limit(watch.key, watch.max_concurrent_reconciles)
     common: dict[str, Any] = dict(
         group=watch.group, version=watch.version, plural=watch.served_plural, registry=registry

@@ -117,13 +117,9 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     hooks = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
 
     async with rt.concurrency.release(watch.key, key):
-        values = user_values(cr.spec, watch.override_values)
-        if hooks is not None:
-            translated = await hooks.translate(watch, cr.body, values, await read(rt.kube, cr.ident))
-            if isinstance(translated, HookResult):
-                return _hook_failed(translated, None)
-            values = translated
-        prepared = prepare(cr, chart_ref, chart, values)
+        prepared = await desired(rt.kube, cr, chart_ref, chart, hooks)
+        if isinstance(prepared, HookResult):
+            return _hook_failed(prepared, None)
         if isinstance(prepared, Outcome):
             if prepared.permanent:
                 attempts = next_attempts(attempts_from_status(cr.status), prepared, time.time())
@@ -159,6 +155,21 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
                 conditions = ((CONDITION, False, after.reason, after.message),)
     result = _report(rt, key, attempts, outcome, events)
     return Result(result.outcome, result.retry_after, result.events, result.attempts, conditions)
+
+
+async def desired(
+    kube: Kube, cr: Resource, chart_ref: ChartRef, chart: ChartInfo, hooks: Day2 | None
+) -> Target | Outcome | HookResult:
+    """The desired release of a resource: spec ◄ overrideValues, the value translators (if its
+    watch has hooks), schema check, digest. Shared with ``helm-operator diff``, so a preview is
+    built by exactly the code a reconcile runs."""
+    values = user_values(cr.spec, cr.watch.override_values)
+    if hooks is not None:
+        translated = await hooks.translate(cr.watch, cr.body, values, await read(kube, cr.ident))
+        if isinstance(translated, HookResult):
+            return translated
+        values = translated
+    return prepare(cr, chart_ref, chart, values)
 
 
 # The hook stage of each acting Action (a rollback is a remediation: no hooks around it).

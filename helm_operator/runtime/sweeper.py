@@ -16,7 +16,7 @@ from helm_operator.runtime.reconcile import Runtime, finalize
 log = logging.getLogger(__name__)
 
 
-def _matches(namespace: str, patterns: Sequence[str]) -> bool:
+def in_patterns(namespace: str, patterns: Sequence[str]) -> bool:
     """kopf's namespace patterns: globs, ``!glob`` excludes."""
     included = any(fnmatch.fnmatch(namespace, p) for p in patterns if not p.startswith("!"))
     return included and not any(fnmatch.fnmatch(namespace, p[1:]) for p in patterns if p.startswith("!"))
@@ -53,7 +53,7 @@ async def _sweep_once(
 ) -> None:
     kube = runtime.kube
     for ns in await asyncio.to_thread(kube.terminating_namespaces):
-        if not _matches(ns, patterns):
+        if not in_patterns(ns, patterns):
             continue
         for watch in watches:
             items = await asyncio.to_thread(

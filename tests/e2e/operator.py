@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,32 @@ def shipped_watches() -> list[dict[str, Any]]:
         if str(entry.get("hooks", "")).endswith(".py"):
             entry["hooks"] = str(REPO / entry["hooks"])
     return entries
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def metrics(port: int) -> dict[str, float]:
+    """The operator's ``helm_operator_*`` samples, keyed by name with labels as exposed."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("helm_operator_") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    """An HTTP probe of the operator: status code and its JSON answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 def eventually(check: Callable[[], Any], timeout: float = 90, what: str = "", interval: float = 0.3) -> Any:
@@ -56,8 +85,10 @@ class OperatorProcess:
         namespaces: list[str],
         extra_args: list[str] | None = None,
         kubeconfig: Path | None = None,
+        started: str = "Initial authentication has finished",
     ) -> None:
         self.cluster = cluster
+        self.started = started  # the log line that says the process is up (a standby never logs in)
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.workdir = workdir
         self.watches = watches
@@ -109,7 +140,7 @@ class OperatorProcess:
             start_new_session=True,
         )
         eventually(
-            lambda: "Initial authentication has finished" in self.log() or self._died(),
+            lambda: self.started in self.log() or self._died(),
             timeout=30,
             what="operator start",
         )

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,26 +21,10 @@ from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
 from .conftest import Helm
-from .operator import REPO, OperatorProcess, Resources, eventually
+from .operator import REPO, OperatorProcess, Resources, eventually, free_port, metrics
 
 MSD = "microservicedeploys.custom.ops"
 TINY = "tinies.test.helm-operator.io"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def metrics(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("helm_operator_") and " " in line:
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
 
 
 def cache_sizes(port: int) -> dict[str, float]:
@@ -65,7 +47,7 @@ def drift_operator(
         tmp_path_factory.mktemp("drift-operator"),
         e2e_watches,
         ["d-*"],
-        extra_args=["--retry-base", "1", "--retry-cap", "4", "--metrics-port", str(port)],
+        extra_args=["--retry-base", "1", "--retry-cap", "4", "--metrics-bind-address", f"127.0.0.1:{port}"],
     )
     op.metrics_port = port  # type: ignore[attr-defined]
     op.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from dataclasses import dataclass
@@ -57,6 +58,13 @@ CASES = {
     ),
     "nginx": Case(
         "nginx.yaml", "nginxes.example.com", {"replicaCount": 2}, ("deployment", "{.spec.replicas}"), "2"
+    ),
+    "redisenterprisecluster": Case(
+        "redisenterprisecluster.yaml",
+        "redisenterpriseclusters.app.redislabs.com",
+        {"nodes": 5},
+        ("statefulset", "{.spec.replicas}"),
+        "5",
     ),
 }
 
@@ -143,6 +151,53 @@ def test_sample_crs_show_readiness_in_kubectl_get(operator: OperatorProcess, res
     header, row = table.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "READY", "REVISION", "CHART"]
     assert row.split()[:4] == [cr["metadata"]["name"], "True", "1", "memcached-0.1.0"]  # as `helm list`
+
+
+def test_redis_enterprise_password_is_generated_once(
+    operator: OperatorProcess, res: Resources, helm4: Helm
+) -> None:
+    """The admin password is random, kept by upgrades (the chart looks the live Secret up), never
+    reported as drift, and restored by drift correction when someone changes or deletes it."""
+    rec = "redisenterpriseclusters.app.redislabs.com"
+    cr = load_sample("redisenterprisecluster.yaml")
+    name = cr["metadata"]["name"]
+    res.apply(cr)
+    res.wait_condition(rec, name, "Ready", timeout=240)
+
+    def credentials() -> dict[str, str]:
+        data = (res.get("secret", name) or {}).get("data") or {}
+        return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+    first = credentials()
+    assert first["username"] == "admin@acme.com" and len(first["password"]) == 24
+    assert (
+        res.cluster.kubectl(
+            "get", "service", f"{name}-ui", "-n", res.ns, "-o", "jsonpath={.spec.type}"
+        ).stdout
+        == "LoadBalancer"
+    )
+
+    cr["spec"] = {**cr["spec"], "nodes": 5, "username": "ops@acme.com"}
+    res.apply(cr)
+    eventually(lambda: revision(helm4, name, res.ns) == 2, what="revision 2")
+    res.wait_condition(rec, name, "Ready", timeout=240)
+    assert credentials() == {"username": "ops@acme.com", "password": first["password"]}
+
+    # A drift check of the upgraded release (every operator start runs one) finds nothing to fix.
+    operator.restart()
+    eventually(lambda: operator.handled("resume' succeeded") >= 1, what="resume after restart")
+    drift_events = [e for e in res.events(name) if e["reason"] in ("DriftCorrected", "DriftDetected")]
+    assert drift_events == [] and res.condition(rec, name, "Drifted").get("status") != "True"
+    assert credentials()["password"] == first["password"]
+
+    tampered = base64.b64encode(b"tampered").decode()
+    res.cluster.kubectl(
+        "patch", "secret", name, "-n", res.ns, "-p", json.dumps({"data": {"password": tampered}})
+    )
+    eventually(lambda: credentials().get("password") == first["password"], what="password restored")
+    res.cluster.kubectl("delete", "secret", name, "-n", res.ns)
+    eventually(lambda: credentials().get("password") == first["password"], what="Secret recreated")
+    assert revision(helm4, name, res.ns) == 2  # no helm upgrade: nothing was rotated
 
 
 @pytest.mark.parametrize("chart", sorted(p.name for p in (REPO / "charts").iterdir()))

@@ -46,6 +46,7 @@ def test_the_shipped_watches_file_is_valid() -> None:
         "EtcdCluster",
         "Memcached",
         "Nginx",
+        "RedisEnterpriseCluster",
     }
     assert kinds["Nginx"].plural is None  # resolved against the API server at start-up
 

@@ -1,4 +1,4 @@
-"""Imports go one way: config → core → release → adapters → drift → hooks → runtime → cli.
+"""Imports go one way: config → core → release → adapters → drift → hooks → runtime → scaffold → cli.
 
 A lower layer never imports a higher one, so there are no cycles between packages, the pure parts
 (config, core, release, drift.diff) never reach an adapter, and the development tooling (``dev``)
@@ -11,12 +11,23 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "helm_operator"
-RANK = {"config": 0, "core": 1, "release": 2, "adapters": 3, "drift": 4, "hooks": 5, "runtime": 6, "cli": 7}
+RANK = {
+    "config": 0,
+    "core": 1,
+    "release": 2,
+    "adapters": 3,
+    "drift": 4,
+    "hooks": 5,
+    "runtime": 6,
+    "scaffold": 7,
+    "cli": 8,
+}
 PURE = {
     "config",
     "core",
     "release",
     "drift.diff",
+    "drift.preview",
     "hooks.schedule",
     "hooks.builtin.retention",
     "hooks.builtin.primary",

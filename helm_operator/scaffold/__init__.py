@@ -1,0 +1,1 @@
+"""Project scaffolding: what ``helm-operator init``, ``create-api`` and ``rbac`` write."""

@@ -1,0 +1,498 @@
+"""``helm-operator create-api``: serve a new kind from a chart, and keep CRDs in step with charts.
+
+Adds to an operator project the chart (copied, or pulled with ``helm pull``, under
+``charts/<kind>``), a watches.yaml entry, a sample resource and the CustomResourceDefinition whose
+``spec`` schema is generated from the chart (see :mod:`helm_operator.scaffold.crd`). The same
+generation rewrites the CRDs of existing entries when their charts change (``--regenerate-crd``),
+so CRD and chart never drift apart. Everything is checked before the first file is written: a
+mistake leaves the project as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helm_operator.config.charts import ChartRef
+from helm_operator.config.watches import Watch, WatchesError, load_watches
+from helm_operator.scaffold import crd
+
+REGENERATE = "helm-operator create-api --regenerate-crd"
+
+
+class ApiError(Exception):
+    """Bad input (exit code 2) or a failed helm call (exit code 1); the message names the file,
+    flag or field."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ChartSource:
+    """What the CRD is made from: a chart's metadata, defaults and schema."""
+
+    path: Path
+    name: str
+    description: str | None
+    defaults: dict[str, Any]
+    schema: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One served version of a kind, as a watches entry says (or will say)."""
+
+    group: str
+    version: str
+    kind: str
+    chart: ChartSource
+    label: str  # the chart as the watches file names it, for the CRD's header
+    plural: str | None = None
+    scope: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    group: str
+    version: str
+    kind: str
+    chart: str
+    project: Path = Path(".")
+    watches_file: str = "watches.yaml"
+    crd_dir: str = "crds"
+    repo: str | None = None
+    chart_version: str | None = None
+    plural: str | None = None
+    short_names: tuple[str, ...] = ()
+    cluster_scoped: bool = False
+    release_namespace: str | None = None
+    helm: str = "helm"
+
+
+@dataclass
+class Outcome:
+    written: list[Path] = field(default_factory=list)
+    unchanged: list[Path] = field(default_factory=list)
+
+
+# --- charts ------------------------------------------------------------------------------------
+
+
+def _chart_files(path: Path) -> dict[str, bytes]:
+    """Chart.yaml, values.yaml and values.schema.json of a chart directory or packaged .tgz."""
+    wanted = ("Chart.yaml", "values.yaml", "values.schema.json")
+    if path.is_dir():
+        return {name: (path / name).read_bytes() for name in wanted if (path / name).is_file()}
+    found: dict[str, bytes] = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if member.isfile() and len(parts) == 2 and parts[1] in wanted:
+                    fh = tar.extractfile(member)
+                    if fh is not None:
+                        found[parts[1]] = fh.read()
+    except (OSError, tarfile.TarError) as exc:
+        raise ApiError(f"{path}: not a packaged chart (.tgz): {exc}") from None
+    return found
+
+
+def read_chart(path: Path) -> ChartSource:
+    """Read a local chart; errors name the file and what is wrong with it."""
+    files = _chart_files(path)
+    if "Chart.yaml" not in files:
+        raise ApiError(f"{path}: no Chart.yaml: not a Helm chart")
+    try:
+        meta = yaml.safe_load(files["Chart.yaml"]) or {}
+    except yaml.YAMLError as exc:
+        raise ApiError(f"{path / 'Chart.yaml'}: invalid YAML: {exc}") from None
+    try:
+        defaults = yaml.safe_load(files.get("values.yaml", b"")) or {}
+    except yaml.YAMLError as exc:
+        raise ApiError(f"{path / 'values.yaml'}: invalid YAML: {exc}") from None
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise ApiError(f"{path / 'Chart.yaml'}: expected a mapping with a 'name'")
+    if not isinstance(defaults, dict):
+        raise ApiError(f"{path / 'values.yaml'}: expected a mapping of values, got {type(defaults).__name__}")
+    schema = None
+    if "values.schema.json" in files:
+        try:
+            schema = json.loads(files["values.schema.json"])
+        except json.JSONDecodeError as exc:
+            where = f"line {exc.lineno} column {exc.colno}"
+            raise ApiError(f"{path / 'values.schema.json'}: invalid JSON at {where}: {exc.msg}") from None
+    return ChartSource(
+        path=path,
+        name=str(meta["name"]),
+        description=str(meta["description"]) if meta.get("description") else None,
+        defaults=defaults,
+        schema=schema,
+    )
+
+
+def pull(ref: str, *, repo: str | None, version: str | None, helm: str, into: Path) -> Path:
+    """``helm pull`` a remote chart (``oci://…``, or a name with ``--repo``) and unpack it."""
+    cmd = [helm, "pull", ref, "--untar", "--untardir", str(into)]
+    cmd += ["--repo", repo] if repo else []
+    cmd += ["--version", version] if version else []
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise ApiError(f"--helm: no helm executable {helm!r} (set --helm or $HELM_OPERATOR_HELM)") from None
+    if proc.returncode != 0:
+        where = f" from {repo}" if repo else ""
+        raise ApiError(f"helm pull {ref}{where} failed: {proc.stderr.strip()}", code=1)
+    charts = [d for d in into.iterdir() if (d / "Chart.yaml").is_file()]
+    if len(charts) != 1:
+        raise ApiError(f"helm pull {ref} left no single chart directory in {into}", code=1)
+    return charts[0]
+
+
+@contextmanager
+def _local(chart: ChartRef, helm: str) -> Iterator[Path]:
+    """A chart reference as a local path (remote charts are pulled into a temporary folder)."""
+    if chart.path is not None:
+        yield chart.path
+        return
+    with tempfile.TemporaryDirectory(prefix="helm-operator-pull-") as tmp:
+        yield pull(chart.ref, repo=chart.repo, version=chart.version, helm=helm, into=Path(tmp))
+
+
+def _install_chart(source: Path, dest: Path) -> None:
+    """Copy a chart directory, or unpack a .tgz, to ``dest``."""
+    if source.resolve() == dest.resolve():
+        return
+    if source.is_dir():
+        shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".git"))
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="helm-operator-chart-") as tmp,
+        tarfile.open(source, "r:gz") as tar,
+    ):
+        tar.extractall(tmp, filter="data")
+        tops = [p for p in Path(tmp).iterdir() if (p / "Chart.yaml").is_file()]
+        if len(tops) != 1:
+            raise ApiError(f"{source}: expected one chart folder inside the archive")
+        shutil.copytree(tops[0], dest)
+
+
+# --- watches and existing CRDs -----------------------------------------------------------------
+
+
+class _AnyEnv(Mapping[str, str]):
+    """An environment in which every variable is set: overrideValues' ``$VARS`` do not matter
+    for a CRD, so generating one must not need them."""
+
+    def __getitem__(self, key: str) -> str:
+        return ""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _watches(path: Path) -> list[Watch]:
+    try:
+        return load_watches(path, env=_AnyEnv())
+    except WatchesError as exc:
+        raise ApiError(str(exc)) from None
+
+
+def _raw_entries(path: Path) -> list[Any]:
+    if not path.exists():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ApiError(f"{path}: invalid YAML: {exc}") from None
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise ApiError(f"{path}: expected a list of watch entries")
+    return data
+
+
+def existing_crds(folder: Path) -> dict[tuple[str, str], tuple[Path, dict[str, Any]]]:
+    """CustomResourceDefinitions in a folder, by (group, kind)."""
+    found: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
+    if not folder.is_dir():
+        return found
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError as exc:
+            raise ApiError(f"{path}: invalid YAML: {exc}") from None
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                spec = doc.get("spec") or {}
+                found[(str(spec.get("group")), str((spec.get("names") or {}).get("kind")))] = (path, doc)
+    return found
+
+
+def _label(chart: ChartRef, base: Path) -> str:
+    if chart.path is None:
+        return f"{chart.ref} {chart.version or ''}".strip()
+    return os.path.relpath(chart.path, base)
+
+
+# --- the CRD -----------------------------------------------------------------------------------
+
+
+def build(
+    entries: Sequence[Entry],
+    existing: Mapping[str, Any] | None = None,
+    *,
+    plural: str | None = None,
+    short_names: Sequence[str] = (),
+) -> crd.Crd:
+    """The CRD serving every version of one kind. Names, scope, the storage version and versions no
+    entry serves come from the CRD already on disk, unless an entry or a flag says otherwise."""
+    first = entries[0]
+    known = crd.identity_of(existing) if existing else None
+    plural = next((e.plural for e in entries if e.plural), None) or plural
+    plural = plural or (known.names.plural if known else "") or crd.plural_of(first.kind)
+    names = crd.Names(
+        kind=first.kind,
+        plural=plural,
+        singular=(known.names.singular if known else "") or first.kind.lower(),
+        short_names=tuple(short_names) or (known.names.short_names if known else ()),
+        categories=(known.names.categories if known else ()) or (crd.CATEGORY,),
+    )
+    served = [e.version for e in entries]
+    kept = tuple(v for v in (known.versions if known else ()) if v.get("name") not in served)
+    storage = known.storage_version if known and known.storage_version else served[0]
+    if storage not in served and storage not in [v.get("name") for v in kept]:
+        storage = served[0]
+    versions = []
+    for e in entries:
+        try:
+            spec = crd.spec_schema(e.chart.schema, e.chart.defaults, e.chart.name)
+        except crd.SchemaError as exc:
+            raise ApiError(f"{e.chart.path / 'values.schema.json'}: {exc}") from None
+        versions.append(crd.Version(e.version, spec, storage=e.version == storage))
+    return crd.Crd(
+        group=first.group,
+        names=names,
+        description=crd.description_of(first.kind, first.chart.name, first.chart.description),
+        versions=tuple(versions),
+        scope=next((e.scope for e in entries if e.scope), None) or (known.scope if known else "Namespaced"),
+        kept_versions=kept,
+    )
+
+
+def header(entries: Sequence[Entry]) -> list[str]:
+    sources = [
+        f"{e.version}: {e.label} ({'values.schema.json' if e.chart.schema is not None else 'values.yaml'})"
+        for e in entries
+    ]
+    return [
+        f"Generated by helm-operator from the chart's values - {'; '.join(sources)}.",
+        f"Change the chart (values.schema.json, values.yaml), then run: {REGENERATE}",
+    ]
+
+
+def text_of(entries: Sequence[Entry], definition: crd.Crd) -> str:
+    return crd.dump(crd.render(definition), header(entries))
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def regenerate(
+    project: Path,
+    watches_file: str = "watches.yaml",
+    crd_dir: str = "crds",
+    *,
+    helm: str = "helm",
+    check: bool = False,
+) -> Outcome:
+    """Rewrite the CRD of every kind in the watches file from its chart(s); ``check`` only tells
+    which files would change."""
+    watches_path = project / watches_file
+    folder = project / crd_dir
+    on_disk = existing_crds(folder)
+    by_kind: dict[tuple[str, str], list[Watch]] = {}
+    for w in _watches(watches_path):
+        by_kind.setdefault((w.group, w.kind), []).append(w)
+    outcome = Outcome()
+    for (group, kind), watches in by_kind.items():
+        entries = []
+        for w in watches:
+            with _local(w.chart, helm) as path:
+                chart = read_chart(path)
+            label = _label(w.chart, watches_path.parent)
+            entries.append(Entry(group, w.version, kind, chart, label, w.plural, w.scope))
+        found, doc = on_disk.get((group, kind), (None, None))
+        definition = build(entries, doc)
+        target = found or folder / definition.file_name
+        text = text_of(entries, definition)
+        if target.exists() and target.read_text() == text:
+            outcome.unchanged.append(target)
+            continue
+        if not check:
+            folder.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        outcome.written.append(target)
+    return outcome
+
+
+def create(req: Request) -> Outcome:
+    """Add a kind served by a chart: chart, watches entry, sample, CRD. Nothing is written unless
+    everything checks out."""
+    project = req.project
+    watches_path = project / req.watches_file
+    plural = req.plural or crd.plural_of(req.kind)
+    try:
+        crd.check_names(req.group, req.version, req.kind, plural, req.short_names)
+    except ValueError as exc:
+        raise ApiError(str(exc)) from None
+    if req.cluster_scoped and not req.release_namespace:
+        raise ApiError("--cluster-scoped: a cluster-scoped kind needs --release-namespace for its releases")
+
+    same_kind = False
+    for i, entry in enumerate(_raw_entries(watches_path)):
+        if not isinstance(entry, Mapping) or (entry.get("group", ""), entry.get("kind")) != (
+            req.group,
+            req.kind,
+        ):
+            continue
+        if entry.get("version") == req.version:
+            raise ApiError(
+                f"{watches_path}: entry {i} already serves {req.group}/{req.version} {req.kind};"
+                " choose another --version or --kind"
+            )
+        same_kind = True
+    # Another version of the kind: its chart and sample get the version in their names.
+    others = (
+        [w for w in _watches(watches_path) if (w.group, w.kind) == (req.group, req.kind)] if same_kind else []
+    )
+    stem = f"{req.kind.lower()}-{req.version}" if others else req.kind.lower()
+    dest = project / "charts" / stem
+    sample_path = project / "samples" / f"{stem}.yaml"
+    crd_folder = project / req.crd_dir
+    on_disk = existing_crds(crd_folder)
+    crd_path, crd_doc = on_disk.get((req.group, req.kind), (None, None))
+    if crd_path is not None and not others:
+        raise ApiError(
+            f"{crd_path}: already defines {req.kind} ({req.group}) but {watches_path} serves no version"
+            " of it; remove the file or add its watches entry by hand"
+        )
+    if sample_path.exists():
+        raise ApiError(f"{sample_path}: already exists")
+
+    with tempfile.TemporaryDirectory(prefix="helm-operator-pull-") as tmp:
+        source = _source(req, dest, Path(tmp))
+        chart = read_chart(source)
+        label = os.path.relpath(dest, watches_path.parent)
+        new = Entry(
+            req.group,
+            req.version,
+            req.kind,
+            chart,
+            label,
+            req.plural,
+            "Cluster" if req.cluster_scoped else None,
+        )
+        entries = [
+            *(
+                Entry(
+                    w.group, w.version, w.kind, _read(w.chart, req.helm), _label(w.chart, watches_path.parent)
+                )
+                for w in others
+            ),
+            new,
+        ]
+        definition = build(entries, crd_doc, plural=req.plural, short_names=req.short_names)
+        target = crd_path or crd_folder / definition.file_name
+        taken = [p for (g, k), (p, _) in on_disk.items() if p == target and (g, k) != (req.group, req.kind)]
+        if taken:
+            raise ApiError(f"{target}: already holds the CRD of another kind")
+        text = text_of(entries, definition)
+
+        _install_chart(source, dest)
+    written = [dest]
+    _append_watch(watches_path, req, label)
+    written.append(watches_path)
+    sample_path.parent.mkdir(parents=True, exist_ok=True)
+    sample_path.write_text(_sample_text(req, chart, sample_path.relative_to(project)))
+    written.append(sample_path)
+    crd_folder.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    written.append(target)
+    _watches(watches_path)  # what was appended must load
+    return Outcome(written=written)
+
+
+def _read(chart: ChartRef, helm: str) -> ChartSource:
+    with _local(chart, helm) as path:
+        return read_chart(path)
+
+
+def _source(req: Request, dest: Path, tmp: Path) -> Path:
+    """The chart to install: a local path as given, or pulled into ``tmp``."""
+    given = Path(req.chart).expanduser()
+    if given.exists() and not req.repo:
+        if given.is_dir() and not (given / "Chart.yaml").is_file():
+            raise ApiError(f"--chart: {given} is a directory without Chart.yaml")
+        if given.is_file() and not given.name.endswith((".tgz", ".tar.gz")):
+            raise ApiError(f"--chart: {given} is neither a chart directory nor a packaged .tgz")
+        if dest.exists() and given.resolve() != dest.resolve():
+            raise ApiError(f"{dest}: already exists; remove it or pass it as --chart")
+        return given
+    if not (req.chart.startswith("oci://") or req.repo or "/" in req.chart):
+        raise ApiError(
+            f"--chart: no chart directory or .tgz at {given}; a chart name needs --repo URL,"
+            " or use oci://… or a repo/name that helm knows"
+        )
+    if dest.exists():
+        raise ApiError(f"{dest}: already exists; remove it or pass it as --chart")
+    return pull(req.chart, repo=req.repo, version=req.chart_version, helm=req.helm, into=tmp)
+
+
+def _append_watch(path: Path, req: Request, chart: str) -> None:
+    entry: dict[str, Any] = {"group": req.group, "version": req.version, "kind": req.kind, "chart": chart}
+    if req.plural:
+        entry["plural"] = req.plural
+    if req.cluster_scoped:
+        entry["scope"] = "Cluster"
+        entry["releaseNamespace"] = req.release_namespace
+    block = yaml.safe_dump([entry], sort_keys=False)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "# Which chart serves which custom resource kind; chart paths are relative to this file.\n"
+            + block
+        )
+        return
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        text += "\n"
+    path.write_text(f"{text}\n{block}")
+
+
+def _sample_text(req: Request, chart: ChartSource, where: Path) -> str:
+    return crd.dump(
+        crd.sample(req.group, req.version, req.kind, chart.defaults),
+        [
+            f"A {req.kind} with the defaults of the {chart.name} chart: its spec is the chart's values.",
+            f"Edit it, then: kubectl apply -f {where}",
+        ],
+    )
