@@ -166,9 +166,27 @@ def test_operator_runs_as_its_service_account(
     watches.write_text(yaml.safe_dump(shipped_watches()))
     workdir = tmp_path / "operator"
     workdir.mkdir()
-    op = OperatorProcess(cluster, tools.helm, workdir, watches, [namespace], kubeconfig=kubeconfig)
+    # As config/03-deployment.yaml runs it: with leader election, the Lease in the operator's namespace.
+    election = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        OPERATOR_NS,
+        "--leader-election-id",
+        namespace,
+    ]
+    op = OperatorProcess(
+        cluster,
+        tools.helm,
+        workdir,
+        watches,
+        [namespace],
+        extra_args=["--retry-base", "1", "--retry-cap", "4", *election],
+        kubeconfig=kubeconfig,
+    )
     op.start()
     try:
+        lease = cluster.kubectl("get", "lease", namespace, "-n", OPERATOR_NS, "-o", "json")
+        assert json.loads(lease.stdout)["spec"]["holderIdentity"], lease.stdout
         crs = samples()
         cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "samples"))
         wait_all_ready(cluster, namespace, crs)
