@@ -155,6 +155,7 @@ class Helm:
         self._slots = asyncio.Semaphore(settings.max_processes)
         self.waiting = 0  # actions waiting for a helm process slot
         self._postrender_ready = False
+        self._postrender_server: postrender.Server | None = None
 
     def _command(self, executable: str) -> _Command:
         return _Command(
@@ -175,7 +176,7 @@ class Helm:
         if workdir is None:
             return False
         if not self._postrender_ready:
-            postrender.install(workdir)
+            self._postrender_server = postrender.Server(postrender.install(workdir)).start()
             HELM_PROCESSES.labels(command="version").inc()
             major = (await asyncio.to_thread(self._cmd.client_version)).major
             real = shutil.which(self.settings.executable) or self.settings.executable
@@ -190,6 +191,12 @@ class Helm:
             self._cmd.invocations = invocations
             self._postrender_ready = True
         return True
+
+    def close(self) -> None:
+        """Stop serving post-renders (the operator is exiting)."""
+        if self._postrender_server is not None:
+            self._postrender_server.close()
+            self._postrender_server = None
 
     @property
     def invocations(self) -> int:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import socketserver
 import sys
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -31,6 +33,8 @@ from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_w
 
 NAME = "helm-operator-postrender"
 EXIT_VIOLATION = 3
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: several x faster
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 # Where a kind keeps the template of the Pods it creates. A plain Job is left out: its template is
 # immutable, so labelling the template of a Job an earlier release created would fail the upgrade
@@ -88,30 +92,115 @@ def mark(
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=NAME)
+class _ArgumentError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # in the server: an answer, not an exit
+        raise _ArgumentError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=NAME)
     parser.add_argument("--owner", required=True, help="value of the owner label")
     parser.add_argument("--owner-ref", default="", help="ownerReference as JSON (omit for none)")
     parser.add_argument("--namespace", required=True, help="the release namespace")
     parser.add_argument("--scopes", default="", help="JSON file: {'<group>/<Kind>': namespaced}")
     parser.add_argument("--tenant", default="", help="tenant rules as JSON (omit: not enforced)")
     parser.add_argument("--verdict", default="", help="file to write violations to (Helm 4 drops stderr)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def render(argv: Sequence[str], manifest: bytes) -> tuple[int, bytes, str]:
+    """One post-render of Helm's manifest stream: (exit code, changed stream, stderr text)."""
+    try:
+        args = _parser().parse_args(list(argv))
+    except _ArgumentError as exc:
+        return 2, b"", f"{exc}\n"
     owner_ref = json.loads(args.owner_ref) if args.owner_ref else None
     rules = TenantRules(**json.loads(args.tenant)) if args.tenant else TenantRules(enforce=False)
     rules = TenantRules(rules.enforce, tuple(rules.allowed_namespaces), rules.allow_cluster_scoped)
-    docs = [d for d in yaml.safe_load_all(sys.stdin) if isinstance(d, dict) and "kind" in d]
+    docs = [d for d in yaml.load_all(manifest, Loader=_Loader) if isinstance(d, dict) and "kind" in d]
     server: dict[str, bool] = json.loads(Path(args.scopes).read_text()) if args.scopes else {}
     scopes = scopes_with_crds(server, docs)
     found = violations(docs, args.namespace, scopes, rules)
     if found:
         lines = [f"helm-operator: {v}" for v in found]
-        print("\n".join(lines), file=sys.stderr)
         if args.verdict:
             Path(args.verdict).write_text("\n".join(lines) + "\n")
-        return EXIT_VIOLATION
-    yaml.safe_dump_all(mark(docs, args.owner, owner_ref, args.namespace, scopes), sys.stdout, sort_keys=False)
-    return 0
+        return EXIT_VIOLATION, b"", "\n".join(lines) + "\n"
+    marked = mark(docs, args.owner, owner_ref, args.namespace, scopes)
+    out = yaml.dump_all(marked, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+    return 0, out.encode(), ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The post-renderer as its own process (when no operator serves it, e.g. a stray helm call)."""
+    stdin = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    code, out, err = render(sys.argv[1:] if argv is None else argv, stdin)
+    sys.stderr.write(err)
+    sys.stdout.write(out.decode())
+    return code
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        try:
+            argv = json.loads(self.rfile.readline())
+            code, out, err = render(argv, self.rfile.read())
+        except Exception as exc:  # a bug must fail the render with a reason, never hang helm
+            code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
+        self.wfile.write(json.dumps({"code": code, "stderr": err}).encode() + b"\n" + out)
+
+
+class Server:
+    """Post-renders inside the operator process.
+
+    Helm runs a post-renderer process per install or upgrade. Starting a Python interpreter that
+    imports the YAML library and this package costs more CPU than Helm's own work on a small chart,
+    so the process Helm starts is a small stdlib-only client (``python -SI``, no site-packages)
+    that hands the stream to this server over a Unix socket in the operator's private work folder
+    and relays the answer. Without the server (no operator running) the client runs the full
+    post-renderer itself.
+    """
+
+    def __init__(self, socket_path: Path) -> None:
+        socket_path.unlink(missing_ok=True)
+        self.path = socket_path
+        self._server = socketserver.ThreadingUnixStreamServer(str(socket_path), _Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="postrender", daemon=True)
+
+    def start(self) -> Server:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self.path.unlink(missing_ok=True)
+
+
+_CLIENT = """#!{python} -SI
+# helm-operator's post-renderer client, written by the operator for its own helm processes.
+import json, os, socket, sys
+argv = sys.argv[1:]
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect({socket!r})
+except OSError:
+    os.execv({python!r}, [{python!r}, "-m", "helm_operator.adapters.postrender", *argv])
+s.sendall(json.dumps(argv).encode() + b"\\n")
+while chunk := sys.stdin.buffer.read(1 << 16):
+    s.sendall(chunk)
+s.shutdown(socket.SHUT_WR)
+answer = s.makefile("rb")
+head = json.loads(answer.readline())
+sys.stderr.write(head["stderr"])
+sys.stdout.buffer.write(answer.read())
+sys.exit(head["code"])
+"""
 
 
 def args_for(
@@ -138,12 +227,14 @@ def args_for(
     return out
 
 
-def install(base: Path, python: str = sys.executable) -> None:
-    """Write the executable (``base/bin``, for Helm 3) and the Helm 4 plugin (``base/plugins``)."""
+def install(base: Path, python: str = sys.executable) -> Path:
+    """Write the client executable (``base/bin``, for Helm 3) and the Helm 4 plugin
+    (``base/plugins``); returns the socket path the client connects to (see ``Server``)."""
     bindir, plugin = base / "bin", base / "plugins" / NAME
     bindir.mkdir(parents=True, exist_ok=True)
     plugin.mkdir(parents=True, exist_ok=True)
-    script = f'#!/bin/sh\nexec "{python}" -m helm_operator.adapters.postrender "$@"\n'
+    sock = base / "postrender.sock"
+    script = _CLIENT.format(python=python, socket=str(sock))
     for exe in (bindir / NAME, plugin / NAME):
         exe.write_text(script)
         exe.chmod(0o755)
@@ -160,6 +251,7 @@ def install(base: Path, python: str = sys.executable) -> None:
             sort_keys=False,
         )
     )
+    return sock
 
 
 if __name__ == "__main__":

@@ -323,6 +323,7 @@ class App:
         return 0
 
     def close(self) -> None:
-        """Remove the post-renderer folder (every start makes its own)."""
+        """Stop the post-render server and remove its folder (every start makes its own)."""
+        self.helm.close()
         with contextlib.suppress(OSError):
             shutil.rmtree(self.workdir)

@@ -175,7 +175,6 @@ class Handlers:
         started = time.monotonic()
         result = await reconcile(rt, cr)
         phase, action = result.outcome.phase, result.outcome.action or "none"
-        RECONCILES.labels(watch=watch.key, action=action, result=phase).inc()
         self.states.set(watch.key, cr.ident.key, phase)
         ref = self._ref(meta)
         patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
@@ -201,6 +200,8 @@ class Handlers:
             patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
             await rt.reporter.events(ref, events)
             await rt.reporter.status(ref, watch.served_plural, patch)
+        # Together, so that a scrape never sees one without the other.
+        RECONCILES.labels(watch=watch.key, action=action, result=phase).inc()
         RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from helm_operator.adapters.postrender import EXIT_VIOLATION, args_for, main, mark
+from helm_operator.adapters.postrender import EXIT_VIOLATION, NAME, Server, args_for, install, main, mark
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules, scopes_with_crds, violations
 
@@ -116,3 +117,31 @@ def test_args_for_works_for_both_helm_majors(tmp_path: Path) -> None:
         "allow_cluster_scoped": False,
     }
     assert "--tenant=" not in " ".join(args_for("o", None, "ns", None, NOT_ENFORCED))
+
+
+def test_the_client_helm_starts_hands_the_stream_to_the_server_in_the_operator(tmp_path: Path) -> None:
+    sock = install(tmp_path)
+    client = tmp_path / "bin" / NAME
+    stream = yaml.safe_dump_all([cm("a", None), cm("b", "kube-system")]).encode()
+    args = ["--owner", "o", "--namespace", "ns", "--tenant={}"]
+
+    def run(*argv: str, data: bytes = stream) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([str(client), *argv], input=data, capture_output=True, timeout=30)
+
+    server = Server(sock).start()
+    try:
+        served = run(*args)
+        assert served.returncode == EXIT_VIOLATION
+        assert b"NamespaceViolation: ConfigMap/b targets namespace 'kube-system'" in served.stderr
+        ok = run("--owner", "o", "--namespace", "ns", data=yaml.safe_dump(cm("a", None)).encode())
+        assert ok.returncode == 0, ok.stderr
+        [doc] = yaml.safe_load_all(ok.stdout)
+        assert doc["metadata"]["labels"] == {OWNER_LABEL: "o"}
+        bad = run("--namespace", "ns")
+        assert bad.returncode == 2 and b"the following arguments are required: --owner" in bad.stderr
+    finally:
+        server.close()
+    # No server (no operator): the client runs the whole post-renderer itself, with the same answer.
+    alone = run("--owner", "o", "--namespace", "ns", data=yaml.safe_dump(cm("a", None)).encode())
+    assert alone.returncode == 0, alone.stderr
+    assert yaml.safe_load(alone.stdout)["metadata"]["labels"] == {OWNER_LABEL: "o"}
