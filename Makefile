@@ -1,6 +1,7 @@
 # Two entry points for a fresh machine (Python >= 3.11 and Go >= 1.26 on PATH):
 #   make demo   build the pinned tools, start a local control plane, run the operator on the samples
-#   make test   build the pinned tools, then lint, type-check, unit and e2e tests on a real control plane
+#   make test   build the pinned tools, then lint, type-check, unit and e2e tests on a real control plane,
+#               and the benchmark harness in quick mode
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -33,7 +34,9 @@ unit: venv
 e2e: venv tools
 	$(BIN)/pytest tests/e2e -v --durations=15
 
+# The benchmark's quick mode is a smoke test of its harness here (no timing assertions).
 test: lint unit e2e
+	$(BIN)/python -m bench --quick --drift-timeout 10
 
 # config/02-rbac.yaml from what the charts render and the hooks use (after changing either).
 rbac: venv

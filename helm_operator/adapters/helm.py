@@ -156,6 +156,7 @@ class Helm:
         self.waiting = 0  # actions waiting for a helm process slot
         self._postrender_ready = False
         self._postrender_server: postrender.Server | None = None
+        self._postrender_lock = asyncio.Lock()
 
     def _command(self, executable: str) -> _Command:
         return _Command(
@@ -175,22 +176,26 @@ class Helm:
         workdir = self.settings.workdir
         if workdir is None:
             return False
-        if not self._postrender_ready:
-            self._postrender_server = postrender.Server(postrender.install(workdir)).start()
-            HELM_PROCESSES.labels(command="version").inc()
-            major = (await asyncio.to_thread(self._cmd.client_version)).major
-            real = shutil.which(self.settings.executable) or self.settings.executable
-            env = [f'PATH="{workdir / "bin"}:$PATH"']
-            if major >= 4:
-                env.append(f'HELM_PLUGINS="{workdir / "plugins"}"')
-            wrapper = workdir / "helm"
-            wrapper.write_text(f'#!/bin/sh\nexport {" ".join(env)}\nexec "{real}" "$@"\n')
-            wrapper.chmod(0o755)
-            invocations = self._cmd.invocations
-            self._cmd = self._command(str(wrapper))
-            self._cmd.invocations = invocations
-            self._postrender_ready = True
+        async with self._postrender_lock:  # the first installs arrive together: lay it out once
+            if not self._postrender_ready:
+                await self._lay_out_postrender(workdir)
         return True
+
+    async def _lay_out_postrender(self, workdir: Path) -> None:
+        self._postrender_server = postrender.Server(postrender.install(workdir)).start()
+        HELM_PROCESSES.labels(command="version").inc()
+        major = (await asyncio.to_thread(self._cmd.client_version)).major
+        real = shutil.which(self.settings.executable) or self.settings.executable
+        env = [f'PATH="{workdir / "bin"}:$PATH"']
+        if major >= 4:
+            env.append(f'HELM_PLUGINS="{workdir / "plugins"}"')
+        wrapper = workdir / "helm"
+        wrapper.write_text(f'#!/bin/sh\nexport {" ".join(env)}\nexec "{real}" "$@"\n')
+        wrapper.chmod(0o755)
+        invocations = self._cmd.invocations
+        self._cmd = self._command(str(wrapper))
+        self._cmd.invocations = invocations
+        self._postrender_ready = True
 
     def close(self) -> None:
         """Stop serving post-renders (the operator is exiting)."""

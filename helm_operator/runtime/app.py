@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -49,6 +50,7 @@ from helm_operator.runtime.sweeper import in_patterns, sweep_terminating
 log = logging.getLogger(__name__)
 
 CRD_WAIT_LOG_EVERY = 5.0
+KUBE_THREADS = 64  # threads for blocking API calls (idle ones cost no CPU)
 _WORKDIR_PREFIX = "helm-operator-"
 
 
@@ -198,6 +200,9 @@ class App:
         async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             configure(settings)
             loop = asyncio.get_running_loop()
+            # Every blocking kubernetes-client call runs in a thread. asyncio's default pool has
+            # nproc+4 threads: on a small node that, not helm, capped how many reconciles progressed.
+            loop.set_default_executor(ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
             for coro in (
                 self._heartbeat(),
                 sweep_terminating(runtime, watches, self.settings.namespaces, drift),
