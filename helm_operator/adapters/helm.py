@@ -182,9 +182,9 @@ class Helm:
         return True
 
     async def _lay_out_postrender(self, workdir: Path) -> None:
-        self._postrender_server = postrender.Server(postrender.install(workdir)).start()
         HELM_PROCESSES.labels(command="version").inc()
         major = (await asyncio.to_thread(self._cmd.client_version)).major
+        self._postrender_server = postrender.Server(postrender.install(workdir)).start()
         real = shutil.which(self.settings.executable) or self.settings.executable
         env = [f'PATH="{workdir / "bin"}:$PATH"']
         if major >= 4:

@@ -182,8 +182,7 @@ class Server:
         self.path.unlink(missing_ok=True)
 
 
-_CLIENT = """#!{python} -SI
-# helm-operator's post-renderer client, written by the operator for its own helm processes.
+_CLIENT = """# helm-operator's post-renderer client, written by the operator for its own helm processes.
 import json, os, socket, sys
 argv = sys.argv[1:]
 s = socket.socket(socket.AF_UNIX)
@@ -233,8 +232,10 @@ def install(base: Path, python: str = sys.executable) -> Path:
     bindir, plugin = base / "bin", base / "plugins" / NAME
     bindir.mkdir(parents=True, exist_ok=True)
     plugin.mkdir(parents=True, exist_ok=True)
-    sock = base / "postrender.sock"
-    script = _CLIENT.format(python=python, socket=str(sock))
+    sock, client = base / "postrender.sock", base / "postrender-client.py"
+    client.write_text(_CLIENT.format(python=python, socket=str(sock)))
+    # Through sh rather than a shebang: an interpreter path may hold spaces or exceed its limit.
+    script = f'#!/bin/sh\nexec "{python}" -SI "{client}" "$@"\n'
     for exe in (bindir / NAME, plugin / NAME):
         exe.write_text(script)
         exe.chmod(0o755)

@@ -252,6 +252,8 @@ class App:
             for ns in list(patterns) if namespaced else [None]:
                 for item in self.kube.list_custom(watch.api_version, watch.served_plural, ns):
                     meta = item["metadata"]
+                    if meta.get("deletionTimestamp") and FINALIZER not in (meta.get("finalizers") or []):
+                        continue  # going away without us: kopf calls no handler for it
                     if globbed and meta.get("namespace") and not in_patterns(meta["namespace"], patterns):
                         continue
                     if watch.selector and not selector_matches(watch.selector, meta.get("labels") or {}):
@@ -305,9 +307,9 @@ class App:
                 log.info("metrics on %s:%d/metrics", host, port)
             if self.settings.probes_bind is not None:
                 serve(self.settings.probes_bind, self.probes)
-            watches = self.resolve_watches()
             if self.leadership is not None and not self._wait_for_lease():
                 return 0
+            watches = self.resolve_watches()  # after the wait: a standby may wait for days
             LEADER.set(1)
             self.probes.lead()
             self._wire(watches)

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,12 +67,44 @@ class LeaderSettings:
         return out
 
 
+class _LeaseApi(client.CoordinationV1Api):
+    """Lease calls that give up within the renew deadline and say why they failed.
+
+    The library checks its renew deadline only between attempts: a request hanging on a silent
+    connection would let a leader keep acting long after a standby took over. And it logs every
+    failure at INFO, so a standby that can never get the lease (RBAC, wrong namespace) must warn.
+    """
+
+    def __init__(self, api: client.ApiClient, timeout: float) -> None:
+        super().__init__(api)
+        self.timeout = timeout
+        self._last_warning = 0.0
+
+    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **{**kwargs, "_request_timeout": self.timeout})
+        except ApiException as exc:
+            if exc.status not in (404, 409) and time.monotonic() - self._last_warning > 30:
+                self._last_warning = time.monotonic()
+                log.warning("leader election: Lease request failed: %s %s", exc.status, exc.reason)
+            raise
+
+    def read_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(super().read_namespaced_lease, *args, **kwargs)
+
+    def create_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(super().create_namespaced_lease, *args, **kwargs)
+
+    def replace_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(super().replace_namespaced_lease, *args, **kwargs)
+
+
 class _Lock(LeaseLock):
     """The library's Lease lock on our API client; once released it never writes again."""
 
     def __init__(self, api: client.ApiClient, settings: LeaderSettings) -> None:
         super().__init__(settings.name, settings.namespace, settings.identity)
-        self.api_instance = client.CoordinationV1Api(api)
+        self.api_instance = _LeaseApi(api, timeout=max(1.0, settings.renew_deadline / 2))
         self.released = threading.Event()
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -129,7 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
 def serve(address: tuple[str, int], probes: Probes) -> ThreadingHTTPServer:
     """Answer /healthz and /readyz from a thread: they must answer while the loop is stuck."""
     handler = type("ProbeHandler", (_Handler,), {"probes": probes})
-    server = ThreadingHTTPServer(address, handler)
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    server_class = type("ProbeServer", (ThreadingHTTPServer,), {"address_family": family})
+    server: ThreadingHTTPServer = server_class(address, handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="probes", daemon=True).start()
     log.info("health probes on %s:%d (/healthz, /readyz)", *address)

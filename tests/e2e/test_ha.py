@@ -3,6 +3,7 @@ over when the leader dies (within the lease duration) or hands over at once when
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import signal
 import time
@@ -49,6 +50,11 @@ def role(op: OperatorProcess) -> str:
         return "down"
 
 
+def lease_time(cluster: DevCluster, namespace: str, field: str) -> float:
+    lease = json.loads(cluster.kubectl("get", "lease", "ha-test", "-n", namespace, "-o", "json").stdout)
+    return dt.datetime.fromisoformat(lease["spec"][field].replace("Z", "+00:00")).timestamp()
+
+
 def upgrades(op: OperatorProcess) -> list[str]:
     return [c for c in op.helm_calls() if c.startswith("upgrade")]
 
@@ -78,10 +84,14 @@ def test_one_leader_acts_and_a_standby_takes_over(
         # The leader dies as a Pod on a lost node would: no chance to hand the lease over.
         a.stop(signal.SIGKILL, group=True)
         killed = time.monotonic()
+        last_renewal = lease_time(cluster, namespace, "renewTime")
         res.apply(tiny("second", message="two"))
-        eventually(lambda: role(b) == "leader", LEASE + 10, "b takes over", interval=0.1)
+        eventually(lambda: role(b) == "leader", LEASE + 20, "b takes over", interval=0.1)
         took = time.monotonic() - killed
-        assert took <= LEASE + 2 * RETRY + 1, f"takeover took {took:.1f}s (lease {LEASE}s)"
+        # Measured on the Lease itself (the machine's load does not stretch it): the standby
+        # acquired it within the lease duration of the dead leader's last renewal, plus its polling.
+        gap = lease_time(cluster, namespace, "acquireTime") - last_renewal
+        assert LEASE <= gap <= LEASE + 2 * RETRY + 1, f"acquired {gap:.1f}s after the last renewal"
         res.wait_condition(TINIES, "second", "Ready")
         time.sleep(2)  # the resume of "first" has run: it must not have started helm
         # No reconcile ran twice: b installed only what was new; "first" kept its one revision.
@@ -102,7 +112,9 @@ def test_one_leader_acts_and_a_standby_takes_over(
         res.wait_condition(TINIES, "first", "Ready")
         time.sleep(2)
         assert len(a.helm_calls()) == before, a.helm_calls()[before:]  # nothing changed: no helm at all
-        print(f"takeover after SIGKILL {took:.1f}s; handover after SIGTERM {handover:.1f}s")
+        print(
+            f"takeover {took:.1f}s after SIGKILL ({gap:.1f}s after the last renewal); handover {handover:.1f}s"
+        )
     finally:
         a.stop()
         b.stop()

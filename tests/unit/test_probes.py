@@ -153,10 +153,12 @@ def test_the_identity_follows_tasks_and_threads_started_inside() -> None:
     seen: list[dict[str, str] | None] = []
 
     async def handler() -> None:
+        async def task() -> None:
+            seen.append(logs._current.get())
+
         with logs.resource("Tiny", "ns", "x"):
             await asyncio.to_thread(lambda: seen.append(logs._current.get()))
-            await asyncio.create_task(asyncio.sleep(0, result=None))
-            seen.append(logs._current.get())
+            await asyncio.create_task(task())
         seen.append(logs._current.get())
 
     asyncio.run(handler())
