@@ -113,7 +113,8 @@ def test_one_leader_acts_and_a_standby_takes_over(
         time.sleep(2)
         assert len(a.helm_calls()) == before, a.helm_calls()[before:]  # nothing changed: no helm at all
         print(
-            f"takeover {took:.1f}s after SIGKILL ({gap:.1f}s after the last renewal); handover {handover:.1f}s"
+            f"takeover {took:.1f}s after SIGKILL ({gap:.1f}s after the last renewal);",
+            f"handover {handover:.1f}s",
         )
     finally:
         a.stop()
