@@ -115,6 +115,16 @@ def namespace(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[s
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+@pytest.fixture
+def solo_namespace(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace no shared operator watches (``s-…``): for tests that run their own."""
+    base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
+    name = f"s-{base}"[:50].rstrip("-") + f"-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
 TINY_WATCH = {
     "group": "test.helm-operator.io",
     "version": "v1",

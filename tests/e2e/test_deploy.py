@@ -130,8 +130,9 @@ def test_committed_rbac_is_what_the_charts_and_hooks_need(
 
 @pytest.mark.timeout(900)
 def test_operator_runs_as_its_service_account(
-    cluster: DevCluster, deployed: None, tools: Toolchain, namespace: str, tmp_path: Path
+    cluster: DevCluster, deployed: None, tools: Toolchain, solo_namespace: str, tmp_path: Path
 ) -> None:
+    namespace = solo_namespace  # its own operator: no shared operator watches s-*
     tools.require("helm")
     kubeconfig = sa_kubeconfig(cluster, tmp_path / "sa-kubeconfig")
 

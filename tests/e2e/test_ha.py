@@ -60,8 +60,9 @@ def upgrades(op: OperatorProcess) -> list[str]:
 
 
 def test_one_leader_acts_and_a_standby_takes_over(
-    cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, namespace: str, tmp_path: Path
+    cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, solo_namespace: str, tmp_path: Path
 ) -> None:
+    namespace = solo_namespace  # its own operator: no shared operator watches s-*
     res = Resources(cluster, namespace)
     helm = Helm(tools.helm, cluster, tmp_path / "client")
     a = replica(cluster, tools, tmp_path / "a", e2e_watches, namespace)

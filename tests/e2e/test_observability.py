@@ -28,8 +28,9 @@ def sample(scraped: dict[str, float], name: str, **labels: str) -> float:
 
 
 def test_metrics_probes_and_json_logs_over_a_lifecycle(
-    cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, namespace: str, tmp_path: Path
+    cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, solo_namespace: str, tmp_path: Path
 ) -> None:
+    namespace = solo_namespace  # its own operator: no shared operator watches s-*
     mport, pport = free_port(), free_port()
     op = OperatorProcess(
         cluster,

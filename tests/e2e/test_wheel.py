@@ -103,9 +103,10 @@ def test_installed_operator_serves_the_samples(
     cluster: DevCluster,
     crds: None,
     tools: Toolchain,
-    namespace: str,
+    solo_namespace: str,
     tmp_path: Path,
 ) -> None:
+    namespace = solo_namespace  # its own operator: no shared operator watches s-*
     tools.require("helm")
     log = tmp_path / "operator.log"
     home = tmp_path / "home"
