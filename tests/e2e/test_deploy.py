@@ -38,7 +38,14 @@ SERVICE_ACCOUNT = next(d for d in config_docs() if d["kind"] == "ServiceAccount"
 
 
 def samples() -> list[dict[str, Any]]:
-    return [yaml.safe_load(p.read_text()) for p in sorted((REPO / "samples").glob("*.yaml"))]
+    """The shipped samples, with EtcdCluster's scheduled snapshots off: its 30-minute slot would
+    otherwise fall inside this test now and then, and a snapshot Job waiting for an S3 Secret that
+    does not exist here holds the release (as every hook does), so drift correction waits for it."""
+    docs = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "samples").glob("*.yaml"))]
+    for doc in docs:
+        if doc["kind"] == "EtcdCluster":
+            doc["spec"]["backup"]["backupIntervalInSecond"] = 0
+    return docs
 
 
 # The sample kinds' resource, spec change and workload, shared with test_samples.
@@ -189,7 +196,7 @@ def test_operator_runs_as_its_service_account(
         lease = cluster.kubectl("get", "lease", namespace, "-n", OPERATOR_NS, "-o", "json")
         assert json.loads(lease.stdout)["spec"]["holderIdentity"], lease.stdout
         crs = samples()
-        cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "samples"))
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(crs))
         wait_all_ready(cluster, namespace, crs)
 
         # Upgrade: every sample's spec changes at once; each gets revision 2 and its workload follows.
