@@ -29,6 +29,7 @@ from pyhelm3 import Command, errors
 from helm_operator.adapters import postrender
 from helm_operator.adapters.metrics import HELM_ACTION_DURATION, HELM_PROCESSES, HELM_QUEUE
 from helm_operator.config.charts import ChartRef
+from helm_operator.core.locks import Slots
 from helm_operator.core.masking import mask
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
@@ -152,8 +153,8 @@ class Helm:
         self.settings = settings
         settings.chart_cache.mkdir(parents=True, exist_ok=True)
         self._cmd = self._command(settings.executable)
-        self._slots = asyncio.Semaphore(settings.max_processes)
-        self.waiting = 0  # actions waiting for a helm process slot
+        self._slots = Slots(settings.max_processes)
+        HELM_QUEUE.set_function(lambda: self._slots.waiting)
         self._postrender_ready = False
         self._postrender_server: postrender.Server | None = None
         self._postrender_lock = asyncio.Lock()
@@ -216,18 +217,11 @@ class Helm:
         abort: asyncio.Event | None = None,
         needles: Sequence[str] = (),
     ) -> Any:
-        self.waiting += 1
-        HELM_QUEUE.inc()
-        try:
-            await self._slots.acquire()
-        finally:
-            self.waiting -= 1
-            HELM_QUEUE.dec()
-        started = time.monotonic()
-        try:
-            with _with_args(extra):
-                task = asyncio.ensure_future(coro_factory())  # copies the context: extra args
+        async with self._slots.hold():
+            started = time.monotonic()
             try:
+                with _with_args(extra):
+                    task = asyncio.ensure_future(coro_factory())  # copies the context: extra args
                 try:
                     if abort is not None:
                         await _until_done_or(task, abort, needles)
@@ -244,9 +238,8 @@ class Helm:
                 if reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
                     text = tenant_message(text)
                 raise HelmError(reason, mask(text, values)) from None
-        finally:
-            self._slots.release()
-            HELM_ACTION_DURATION.labels(action=action).observe(time.monotonic() - started)
+            finally:
+                HELM_ACTION_DURATION.labels(action=action).observe(time.monotonic() - started)
 
     async def install_or_upgrade(
         self,

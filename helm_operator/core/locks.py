@@ -13,35 +13,48 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 
 
+class Slots:
+    """A semaphore that knows how many wait for it: the queue depth the metrics report."""
+
+    def __init__(self, slots: int) -> None:
+        self._sem = asyncio.Semaphore(slots)
+        self.waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        self.waiting += 1
+        try:
+            await self._sem.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self._sem.release()
+
+
 class Concurrency:
     def __init__(self) -> None:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        self.waiting: defaultdict[str, int] = defaultdict(int)  # per kind: waiting for a slot
+        self._slots: dict[str, Slots] = {}
 
     def limit(self, kind_key: str, slots: int) -> None:
         """Declare how many reconciles of a kind may run at once (before any runs)."""
-        self._slots[kind_key] = asyncio.Semaphore(slots)
+        self._slots[kind_key] = Slots(slots)
 
     def queued(self, kind_key: str) -> int:
         """Reconciles and drift checks of a kind waiting for a slot (the queue-depth metric)."""
-        return self.waiting[kind_key]
+        slots = self._slots.get(kind_key)
+        return slots.waiting if slots is not None else 0
 
     @contextlib.asynccontextmanager
     async def slot(self, kind_key: str) -> AsyncIterator[None]:
-        sem = self._slots.get(kind_key)
-        if sem is None:
+        slots = self._slots.get(kind_key)
+        if slots is None:
             yield
             return
-        self.waiting[kind_key] += 1
-        try:
-            await sem.acquire()
-        finally:
-            self.waiting[kind_key] -= 1
-        try:
+        async with slots.hold():
             yield
-        finally:
-            sem.release()
 
     @contextlib.asynccontextmanager
     async def release(self, kind_key: str, release_key: str) -> AsyncIterator[None]:

@@ -105,24 +105,24 @@ def helm(
     return Helm(binary, cluster, tmp_path_factory.mktemp(request.param))
 
 
-@pytest.fixture
-def namespace(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (without waiting)."""
+def _fresh_namespace(cluster: DevCluster, request: pytest.FixtureRequest, prefix: str) -> Iterator[str]:
     base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
-    name = f"t-{base}"[:50].rstrip("-") + f"-{os.urandom(2).hex()}"
+    name = f"{prefix}-{base}"[:50].rstrip("-") + f"-{os.urandom(2).hex()}"
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def namespace(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test (``t-…``, served by the session operator), deleted afterwards."""
+    yield from _fresh_namespace(cluster, request, "t")
 
 
 @pytest.fixture
 def solo_namespace(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace no shared operator watches (``s-…``): for tests that run their own."""
-    base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
-    name = f"s-{base}"[:50].rstrip("-") + f"-{os.urandom(2).hex()}"
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from _fresh_namespace(cluster, request, "s")
 
 
 TINY_WATCH = {
