@@ -5,6 +5,7 @@ operator (the peer), on one local control plane, in one run, reported as ratios.
     python -m bench                          # full: N=100,500,1000, 3 repetitions (a quiet machine!)
     python -m bench --n 100 --contenders ours,helm --kubeconfig ~/.cache/helm-operator/clusters/x/kubeconfig
     python -m bench --render bench/results/<run>.json --out bench   # re-render REPORT.md and plots
+    python -m bench --n 200 --contenders ours --profile   # where our operator's CPU goes (py-spy)
 
 Full mode (N=100,500,1000) writes bench/REPORT.md, bench/plots/*.png and bench/results/<date>.json;
 quick mode writes to .work/bench-quick/, other N to .work/bench-<date>/ (both ignored by git), unless
@@ -77,6 +78,11 @@ def parser() -> argparse.ArgumentParser:
         "--timeout", type=float, help="seconds a wave may take before the run fails (default 300 + 3 s x N)"
     )
     p.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample our operator with py-spy; the report says where its CPU goes",
+    )
+    p.add_argument(
         "--render", type=Path, metavar="RESULTS_JSON", help="only render a report from a results file"
     )
     return p
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         results_path=results_path,
         command=shlex.join(["python", "-m", "bench", *argv]),
         mode=mode,
+        profile=args.profile,
     )
     progress = Progress()
     who = ",".join(plan.contenders)

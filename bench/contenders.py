@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from bench import sdk, workload
+from bench import profile, sdk, workload
 from bench.cluster import BenchCluster
 from bench.measure import parse_counter, tree_cpu_seconds
 from helm_operator.dev.tools import REPO_ROOT, Toolchain
@@ -328,6 +328,8 @@ class Ours(OperatorContender):
     def __init__(self, cluster: BenchCluster, tools: Toolchain, root: Path, concurrency: int) -> None:
         super().__init__(cluster, tools, root, concurrency)
         self.port = 0
+        self.profiles: Path | None = None  # set: py-spy samples every start into this folder
+        self._spy: subprocess.Popen[bytes] | None = None
 
     def command(self) -> str:
         return (
@@ -387,6 +389,16 @@ class Ours(OperatorContender):
         env = {**os.environ, **helm_homes(self.workdir), "PYTHONPATH": str(REPO_ROOT)}
         # Up when the probe server answers at all; ready (see resumed) is a later state.
         self._spawn(cmd, env, lambda: self._readyz() != 0, timeout=60)
+        if self.profiles is not None and self.pid() is not None:
+            self.profiles.mkdir(parents=True, exist_ok=True)
+            out = self.profiles / f"{self.namespace}-{self.starts}.txt"
+            self._spy = profile.record(int(self.pid() or 0), out)
+
+    def stop(self) -> None:
+        spy, self._spy = self._spy, None
+        if spy is not None:
+            profile.finish(spy)
+        super().stop()
 
     def _readyz(self) -> int:
         return http_get(f"http://127.0.0.1:{self.port}/readyz")[0]

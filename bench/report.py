@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from bench import profile
 from bench.stats import growth, median, percentile, rate_per_minute, ratio
 
 FLOOR, OURS, PEER = "helm", "ours", "sdk"
@@ -318,10 +319,18 @@ def _drift_table(results: dict[str, Any]) -> list[str]:
                         num(percentile(lat, 50)),
                         num(percentile(lat, 95)),
                         num(max(lat)),
-                        f"{missed} not corrected within {drift['timeout_s']:g} s" if missed else "0",
+                        _missed(missed, drift, kind),
                     ]
                 )
     return table(["N", "contender", "change", "corrected", "p50 s", "p95 s", "max s", "timeouts"], rows)
+
+
+def _missed(missed: int, drift: dict[str, Any], kind: str | None) -> str:
+    text = f"{missed} not corrected within {drift['timeout_s']:g} s" if missed else "0"
+    skipped = drift.get("skipped") or 0
+    if kind is None and skipped:
+        text += f"; {skipped} more not made (given up after {drift.get('give_up')} in a row)"
+    return text
 
 
 def _idle_table(results: dict[str, Any]) -> list[str]:
@@ -479,6 +488,8 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
         "",
         *_footprint_restart_table(results),
     ]
+    if results.get("profile"):
+        lines += ["", *profile.render(results["profile"])]
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{title}]({path})" for title, path in plots.items()]

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import scenarios, workload
+from bench import profile, scenarios, workload
 from bench.cluster import BenchCluster
-from bench.contenders import CONTENDERS, Contender, ContenderFailed, helm_version
+from bench.contenders import CONTENDERS, Contender, ContenderFailed, Ours, helm_version
 from bench.measure import machine_facts
 from bench.progress import Progress
 from bench.scenarios import Settings, Target
@@ -38,6 +38,7 @@ class Plan:
     results_path: Path
     command: str
     mode: str
+    profile: bool = False  # py-spy samples of our operator (timings then include its small cost)
 
 
 def tool_versions(tools: Toolchain, cluster: BenchCluster) -> dict[str, str]:
@@ -131,6 +132,8 @@ class Runner:
                 ]
             for key in plan.contenders:
                 c = CONTENDERS[key](cluster, tools, plan.workdir, plan.settings.concurrency)
+                if plan.profile and isinstance(c, Ours):
+                    c.profiles = plan.workdir / "profiles"
                 with self.progress.step(f"prepare {key}"):
                     c.prepare(say)
                 contenders.append(c)
@@ -151,6 +154,8 @@ class Runner:
                 for c in contenders:
                     c.dispose()
                 cluster.close()
+            if plan.profile:
+                self.results["profile"] = profile.summarize(sorted((plan.workdir / "profiles").glob("*.txt")))
 
     @contextmanager
     def _namespace(self, cluster: BenchCluster, c: Contender, n: int, rep: int) -> Iterator[str]:

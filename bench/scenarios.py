@@ -40,6 +40,7 @@ class Settings:
     sample_every: float
     settle_seconds: float
     quiesce_max: float
+    drift_give_up: int = 10  # consecutive uncorrected changes after which the rest are not made
 
 
 @dataclass
@@ -201,16 +202,22 @@ def drift_change(t: Target, kind: str, name: str, i: int) -> float | None:
 
 def drift(t: Target) -> dict[str, Any]:
     """Manual changes one at a time, round-robin over the kinds and spread over the releases."""
-    changes = []
+    changes: list[dict[str, Any]] = []
     stride = 7 if t.n % 7 else 1  # visits every release before repeating one
+    missed = 0
     for i in range(t.settings.drift_changes):
+        if missed >= t.settings.drift_give_up:
+            break  # a contender that corrects nothing would take changes x timeout
         kind = workload.DRIFT_KINDS[i % len(workload.DRIFT_KINDS)]
         name = t.names[(i * stride) % t.n]
         t.alive()
         latency = drift_change(t, kind, name, i)
         changes.append({"kind": kind, "release": name, "latency_s": latency})
+        missed = missed + 1 if latency is None else 0
         time.sleep(0.2)  # changes must not overlap
-    return {"timeout_s": t.settings.drift_timeout, "changes": changes}
+    skipped = t.settings.drift_changes - len(changes)
+    give_up = t.settings.drift_give_up
+    return {"timeout_s": t.settings.drift_timeout, "changes": changes, "skipped": skipped, "give_up": give_up}
 
 
 # -- idle, footprint, restart -----------------------------------------------------------------

@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -33,6 +34,8 @@ from helm_operator.core.locks import Slots
 from helm_operator.core.masking import mask
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
+
+log = logging.getLogger(__name__)
 
 _extra_args: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("helm_extra_args", default=())
 
@@ -282,17 +285,23 @@ class Helm:
         chart_ref: Path | str = chart.path if chart.path is not None else chart.ref
 
         async def go() -> Any:
-            return await self._cmd.install_or_upgrade(
-                name,
-                chart_ref,
-                dict(values),
-                namespace=namespace,
-                create_namespace=False,
-                timeout=f"{int(timeout)}s",
-                wait=wait,
-                version=None if chart.path else chart.version,  # a local path is the version
-                repo=None if chart.path else chart.repo,
-            )
+            try:
+                return await self._cmd.install_or_upgrade(
+                    name,
+                    chart_ref,
+                    dict(values),
+                    namespace=namespace,
+                    create_namespace=False,
+                    timeout=f"{int(timeout)}s",
+                    wait=wait,
+                    version=None if chart.path else chart.version,  # a local path is the version
+                    repo=None if chart.path else chart.repo,
+                )
+            except ValueError:  # exit 0 without a release on stdout: the caller reads the storage
+                if dry_run:
+                    raise HelmError("RenderFailed", "helm printed no release for the dry run") from None
+                log.warning("helm upgrade %s printed no release", name)
+                return {}
 
         try:
             needles = ("upgrade", name, "--namespace", namespace)

@@ -30,6 +30,12 @@ HELM_ACTION_DURATION = Histogram(
     ["action"],
     buckets=DURATION_BUCKETS,
 )
+RESYNCS = Counter(
+    "helm_operator_resyncs_total",
+    "Periodic resyncs by watch and how they were decided: memory (nothing changed, no API request) "
+    "or read (the release and its objects were read again)",
+    ["watch", "decided"],
+)
 HELM_PROCESSES = Counter(
     "helm_operator_helm_processes_total",
     "helm processes started, by helm command (upgrade, uninstall, version …)",

@@ -16,8 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
-from helm_operator.release.record import UNLOCKED_PREFIX, StoredRelease
+from helm_operator.release.record import UNLOCKED_PREFIX, StoredRelease, from_body
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
@@ -78,23 +77,15 @@ def current_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredR
 def _stored(name: str, namespace: str, secret: Any, secrets: list[Any]) -> StoredRelease:
     """One revision's record; ``secrets``: all of the release's, for its history flags."""
     labels = secret.metadata.labels or {}
-    body = _decoded(namespace, secret)
-    meta = (body.get("chart") or {}).get("metadata") or {}
     statuses = {(s.metadata.labels or {}).get("status") for s in secrets}
-    return StoredRelease(
+    return from_body(
+        _decoded(namespace, secret),
         name=name,
         namespace=namespace,
         revision=int(labels.get("version", "0")),
         status=labels.get("status", ""),
-        owner=labels.get(OWNER_LABEL),
-        digest=labels.get(DIGEST_LABEL),
-        chart_name=str(meta.get("name", "")),
-        chart_version=str(meta.get("version", "")),
-        app_version=str(meta.get("appVersion", "") or ""),
+        labels=labels,
         ever_deployed=bool(statuses & {"deployed", "superseded"}),
-        interrupted=str((body.get("info") or {}).get("description", "")).startswith(UNLOCKED_PREFIX),
-        manifest=str(body.get("manifest") or ""),
-        apply_method=str(body.get("apply_method") or "csa"),
     )
 
 

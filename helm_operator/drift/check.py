@@ -33,7 +33,7 @@ from helm_operator.drift.diff import (
     with_helm_ownership,
     without_ignored,
 )
-from helm_operator.release.health import Health, assess
+from helm_operator.release.health import WORKLOAD_KINDS, Health, assess
 from helm_operator.release.record import StoredRelease
 
 MODES = ("enabled", "warn", "disabled")
@@ -152,6 +152,17 @@ async def check_release(
         await asyncio.to_thread(kube.apply, without_ignored(doc, ignored), release.namespace)
         DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=drift.kind).inc()
     return DriftReport(mode, found, corrected=True, health=health)
+
+
+async def workload_health(kube: Kube, release: StoredRelease) -> Health:
+    """The workloads' health alone (a GET each): right after Helm applied the release there is
+    nothing to compare yet, only readiness to report."""
+    docs = [d for d in manifest_objects(release) if d.get("kind") in WORKLOAD_KINDS]
+
+    def live() -> list[dict[str, Any] | None]:
+        return list(_POOL.map(lambda d: kube.get(d, release.namespace), docs))
+
+    return assess(await asyncio.to_thread(live) if docs else [])
 
 
 def condition_for(report: DriftReport) -> tuple[str, bool, str, str]:

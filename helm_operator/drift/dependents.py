@@ -73,12 +73,14 @@ class KindWatch:
         self.label = f"{kind[1]}.{kind[0]}"
         self.failures, self.failing_since = 0, 0.0  # consecutive failed attempts (API server away)
         self.synced = threading.Event()  # the first listing is in the cache
+        self.live = False  # listed and connected since: no change of these objects goes unseen
 
     def _run(self) -> None:
         while not self.stopped.is_set():
             try:
                 self._list_and_watch()
             except ApiException as exc:
+                self.live = False
                 if exc.status == 410:  # Gone: the resourceVersion expired, list again at once
                     continue
                 self._failed(f"{exc.status} {exc.reason}")
@@ -87,6 +89,7 @@ class KindWatch:
 
     def _failed(self, why: str) -> None:
         """One line on the first failure (and every tenth), then wait: capped exponential backoff."""
+        self.live = False
         self.failures += 1
         if self.failures == 1:
             self.failing_since = time.monotonic()
@@ -140,6 +143,7 @@ class KindWatch:
         changed = relist_changes(self.cache, fresh)  # empty on the first listing
         self.cache = fresh
         self.synced.set()
+        self.live = True
         for owner in changed:
             self.notify(owner)
         DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
@@ -167,6 +171,7 @@ class KindWatch:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.live = False
         DEPENDENT_CACHE.remove(self.label)
 
 
@@ -199,6 +204,13 @@ class DependentWatches:
         for kind in set(self._watches) - wanted:
             log.info("no release uses %s %s any more: watch stopped", kind[0], kind[1])
             self._watches.pop(kind).stop()
+
+    def healthy(self, owner: str) -> bool:
+        """Whether every kind the owner's release uses is watched, listed and connected."""
+        with self._lock:
+            kinds = self._uses.get(owner)
+            watches = [self._watches.get(k) for k in kinds or ()]
+        return bool(watches) and all(w is not None and w.live for w in watches)
 
     def stats(self) -> dict[str, Any]:
         """Per-kind cache sizes and the selector used: what tests and metrics read."""

@@ -33,10 +33,12 @@ from helm_operator.drift.check import (
     health_updates,
     manifest_objects,
     mode_of,
+    workload_health,
 )
 from helm_operator.drift.dependents import DependentWatches
 from helm_operator.drift.diff import ObjectDrift
 from helm_operator.release.identity import ReleaseId, identify
+from helm_operator.release.record import StoredRelease
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ class DriftChecker:
     dependents: DependentWatches | None = None
     # owner -> why a day-2 hook paused drift correction (None: not paused); seeded from status.
     paused: dict[str, str | None] = field(default_factory=dict)
+    # Owners whose last full check found no drift, with no change of their objects seen since.
+    clean: set[str] = field(default_factory=set)
 
     def pause(self, owner: str, why: str | None) -> None:
         self.paused[owner] = why
@@ -61,19 +65,53 @@ class DriftChecker:
             self.paused[owner] = (day2 or {}).get("driftPaused") or None
 
     async def check(
-        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str], announce: Announce | None
+        self,
+        watch: Watch,
+        ident: ReleaseId,
+        annotations: Mapping[str, str],
+        announce: Announce | None,
+        applied: StoredRelease | None = None,
     ) -> DriftReport | None:
         """Check (and correct) one release; the caller holds its lock. None: nothing deployed of
-        ours, or a day-2 hook paused drift correction (a restore, a failover)."""
+        ours, or a day-2 hook paused drift correction (a restore, a failover).
+
+        ``applied``: the revision Helm has just installed or upgraded to. Its objects are what
+        Helm wrote a moment ago, so only the workloads' readiness is read; the first check after
+        (a change of an object, a resync) compares them in full."""
+        self.clean.discard(ident.owner)
         if self.paused.get(ident.owner):
             return None
-        release = await asyncio.to_thread(storage.latest_release, self.kube.core, ident.name, ident.namespace)
+        release = applied or await asyncio.to_thread(
+            storage.latest_release, self.kube.core, ident.name, ident.namespace
+        )
         if release is None or release.status != "deployed" or release.owner != ident.owner:
             return None
         if self.dependents is not None and watch.watch_dependent_resources:
             kinds = {(str(d["apiVersion"]), str(d["kind"])) for d in manifest_objects(release)}
             self.dependents.use(ident.owner, kinds)
-        return await check_release(self.kube, watch, release, mode_of(annotations), self.memory, announce)
+        mode = mode_of(annotations)
+        if applied is not None:
+            return DriftReport(mode, health=await workload_health(self.kube, release))
+        report = await check_release(self.kube, watch, release, mode, self.memory, announce)
+        if not report.drifts:
+            self.clean.add(ident.owner)
+        return report
+
+    def quiet(self, watch: Watch, owner: str, annotations: Mapping[str, str]) -> bool:
+        """Whether a check now would find what the last one found, without reading anything: it
+        found no drift and the watches of every kind of the release have run without a gap since
+        (any change of those objects would have triggered a check, and reset this)."""
+        if self.paused.get(owner) or owner not in self.clean:
+            return False
+        if mode_of(annotations) == "disabled":
+            return True
+        return (
+            self.dependents is not None and watch.watch_dependent_resources and self.dependents.healthy(owner)
+        )
+
+    def changed(self, owner: str) -> None:
+        """An object of the owner's release changed: the next check must read it."""
+        self.clean.discard(owner)
 
     def announcer(
         self, watch: Watch, ref: ObjectRef, conditions: Sequence[Mapping[str, Any]], generation: int
@@ -124,6 +162,7 @@ class DriftScheduler:
         """A resource whose release is gone: no more checks, and its kinds no longer watched for it."""
         owner = identify(watch, namespace, name).owner
         self.owners.pop(owner, None)
+        self.checker.changed(owner)
         if self.checker.dependents is not None:
             self.checker.dependents.release(owner)
 
@@ -133,6 +172,7 @@ class DriftScheduler:
             self._loop.call_soon_threadsafe(self.poke, owner)
 
     def poke(self, owner: str) -> None:
+        self.checker.changed(owner)
         if owner not in self.owners:
             return
         if owner in self._state:

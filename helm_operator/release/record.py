@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
 
 PENDING_STATUSES = frozenset({"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"})
 # The description the operator writes when it marks a stale pending-* revision failed.
@@ -28,3 +32,33 @@ class StoredRelease:
     # How Helm applied it: "ssa" (server-side apply) or "csa" (a three-way merge patch: Helm 3, whose
     # records do not say, and Helm 4 on releases first made that way); the next upgrade does the same.
     apply_method: str = ""
+
+
+def from_body(
+    body: Mapping[str, Any],
+    *,
+    name: str,
+    namespace: str,
+    revision: int,
+    status: str,
+    labels: Mapping[str, str],
+    ever_deployed: bool,
+) -> StoredRelease:
+    """A revision's record from Helm's release document: the body of a storage Secret, or what
+    ``helm upgrade --output json`` prints (so an action needs no read of the storage after it)."""
+    meta = (body.get("chart") or {}).get("metadata") or {}
+    return StoredRelease(
+        name=name,
+        namespace=namespace,
+        revision=revision,
+        status=status,
+        owner=labels.get(OWNER_LABEL),
+        digest=labels.get(DIGEST_LABEL),
+        chart_name=str(meta.get("name", "")),
+        chart_version=str(meta.get("version", "")),
+        app_version=str(meta.get("appVersion", "") or ""),
+        ever_deployed=ever_deployed,
+        interrupted=str((body.get("info") or {}).get("description", "")).startswith(UNLOCKED_PREFIX),
+        manifest=str(body.get("manifest") or ""),
+        apply_method=str(body.get("apply_method") or "csa"),
+    )

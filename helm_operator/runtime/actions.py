@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmAborted, HelmError
 from helm_operator.adapters.kube import Kube
 from helm_operator.release.identity import ReleaseId
 from helm_operator.release.outcome import Outcome, Remediation
-from helm_operator.release.record import StoredRelease
+from helm_operator.release.record import StoredRelease, from_body
 from helm_operator.release.state import Action
 from helm_operator.runtime.desired import Target
 
@@ -38,7 +39,7 @@ async def read(kube: Kube, ident: ReleaseId) -> StoredRelease | None:
 
 async def _apply(ctx: ActionContext) -> StoredRelease | None:
     t, w = ctx.target, ctx.target.watch
-    await ctx.helm.install_or_upgrade(
+    out = await ctx.helm.install_or_upgrade(
         t.ident.name,
         t.ident.namespace,
         t.chart,
@@ -52,7 +53,26 @@ async def _apply(ctx: ActionContext) -> StoredRelease | None:
         tenant=t.tenant,
         abort=ctx.abort,
     )
-    return await read(ctx.kube, t.ident)
+    return _printed(out, ctx) or await read(ctx.kube, t.ident)
+
+
+def _printed(out: Mapping[str, Any], ctx: ActionContext) -> StoredRelease | None:
+    """The new revision's record from what helm printed (the labels are the ones it was given),
+    sparing a read of the storage; None where helm printed no release."""
+    t = ctx.target
+    info = out.get("info") if isinstance(out, Mapping) else None
+    if not isinstance(info, Mapping) or not info.get("status") or not isinstance(out.get("version"), int):
+        return None
+    status = str(info["status"])
+    return from_body(
+        out,
+        name=t.ident.name,
+        namespace=t.ident.namespace,
+        revision=int(out["version"]),
+        status=status,
+        labels=t.labels,
+        ever_deployed=status == "deployed" or bool(ctx.before and ctx.before.ever_deployed),
+    )
 
 
 def _permanent(exc: HelmError, action: str, t: Target) -> Outcome:

@@ -32,6 +32,7 @@ from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmSettings
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
+from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch, resolve, selector_matches
 from helm_operator.core.locks import Concurrency
@@ -129,6 +130,9 @@ class App:
         self.reporter = Reporter(self.kube)
         self.dependents = DependentWatches(self.kube, notify=self._dependent_changed)
         self.checker = DriftChecker(self.kube, self.reporter, dependents=self.dependents)
+        patterns = settings.namespaces
+        exact = not any(c in n for n in patterns for c in "*?[!")
+        self.releases = ReleaseIndex(self.kube.api, list(patterns) if exact else [])
         concurrency = Concurrency()
         day2 = None
         if settings.hooks:
@@ -142,6 +146,7 @@ class App:
             concurrency=concurrency,
             retry=settings.retry,
             day2=day2,
+            releases=self.releases,
         )
         self.drift = DriftScheduler(self.checker, self.runtime.concurrency)
         self.registry = kopf.OperatorRegistry()
@@ -203,6 +208,7 @@ class App:
             # Every blocking kubernetes-client call runs in a thread. asyncio's default pool has
             # nproc+4 threads: on a small node that, not helm, capped how many reconciles progressed.
             loop.set_default_executor(ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
+            self.releases.start()
             for coro in (
                 self._heartbeat(),
                 sweep_terminating(runtime, watches, self.settings.namespaces, drift),
@@ -222,6 +228,7 @@ class App:
             for task in self._tasks:  # endless loops: kopf would wait 5 s for them before cancelling
                 task.cancel()
             self.dependents.stop()
+            self.releases.stop()
             if runtime.day2 is not None:
                 runtime.day2.stop()
 

@@ -18,7 +18,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import ObjectRef
-from helm_operator.adapters.metrics import RECONCILE_DURATION, RECONCILES, ReleaseStates
+from helm_operator.adapters.metrics import RECONCILE_DURATION, RECONCILES, RESYNCS, ReleaseStates
 from helm_operator.config.watches import Watch, selector_matches
 from helm_operator.core.conditions import Update, keep_transitions, merge_conditions, says
 from helm_operator.core.naming import FINALIZER
@@ -29,7 +29,7 @@ from helm_operator.release.status import status_patch
 from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.probes import Probes
-from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile
+from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile, unchanged
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
 UNREACHABLE = "API server unreachable"
@@ -149,6 +149,19 @@ class Handlers:
             finally:
                 self.probes.handled(resource_key(self.watch, meta.namespace, meta.name))
 
+    def _resource(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> Resource:
+        generation = int(meta.get("generation") or 0)
+        return Resource(
+            self.watch,
+            meta.namespace,
+            meta.name,
+            meta.uid,
+            generation,
+            dict(spec),
+            dict(status),
+            dict(meta.annotations),
+        )
+
     async def change(
         self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, retry: int = 0, **_: Any
     ) -> None:
@@ -160,17 +173,8 @@ class Handlers:
         if meta.get("deletionTimestamp"):
             return  # being deleted: the delete handler uninstalls; never install or upgrade now
         rt, watch = self.runtime, self.watch
-        generation = int(meta.get("generation") or 0)
-        cr = Resource(
-            watch,
-            meta.namespace,
-            meta.name,
-            meta.uid,
-            generation,
-            dict(spec),
-            dict(status),
-            dict(meta.annotations),
-        )
+        cr = self._resource(spec, status, meta)
+        generation = cr.generation
         rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
         started = time.monotonic()
         result = await reconcile(rt, cr)
@@ -188,28 +192,43 @@ class Handlers:
                 events += said
             if updates:
                 patch["conditions"] = merge_conditions(patch["conditions"], updates, generation, time.time())
+            announced = result.announced
             if result.outcome.phase == "ready":
                 # The safety net: every reconcile (also on resume and each resync) checks drift.
                 self.drift.track(watch, meta.namespace, meta.name)
                 checker = rt.drift
                 announce = checker.announcer(watch, ref, patch["conditions"], generation)
-                report = await checker.check(watch, cr.ident, cr.annotations, announce)
+                applied = result.outcome.release if result.outcome.action in ("install", "upgrade") else None
+                report = await checker.check(watch, cr.ident, cr.annotations, announce, applied)
+                announced = announced or (report is not None and report.corrected)  # "Correcting"
                 if report is not None:
                     conditions = patch["conditions"]
                     patch["conditions"] = await checker.report(watch, ref, report, conditions, generation)
             patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
             await rt.reporter.events(ref, events)
-            await rt.reporter.status(ref, watch.served_plural, patch)
+            if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
+                await rt.reporter.status(ref, watch.served_plural, patch)
         # Together, so that a scrape never sees one without the other.
         RECONCILES.labels(watch=watch.key, action=action, result=phase).inc()
         RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
 
-    async def resync(self, meta: kopf.Meta, retry: int = 0, **_: Any) -> None:
-        # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is being
-        # deleted) that body is stale. Never install or upgrade for a resource that is going away.
+    async def resync(
+        self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, retry: int = 0, **_: Any
+    ) -> None:
         with self._handling(meta):
+            started = time.monotonic()
+            cr = self._resource(spec, status, meta)
+            if not meta.get("deletionTimestamp") and await unchanged(self.runtime, cr):
+                RESYNCS.labels(watch=self.watch.key, decided="memory").inc()
+                RECONCILES.labels(watch=self.watch.key, action="none", result="ready").inc()
+                RECONCILE_DURATION.labels(watch=self.watch.key).observe(time.monotonic() - started)
+                return
+            RESYNCS.labels(watch=self.watch.key, decided="read").inc()
+            # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is
+            # being deleted) that body is stale. Never install or upgrade for a resource that is
+            # going away: read it first.
             await self._resync(meta, retry)
 
     async def _resync(self, meta: kopf.Meta, retry: int) -> None:
@@ -245,6 +264,7 @@ class Handlers:
         RECONCILES.labels(watch=watch.key, action="uninstall", result="ready").inc()
         self.states.forget(watch.key, identify(watch, meta.namespace, meta.name).key)
         self.drift.forget(watch, meta.namespace, meta.name)
+        rt.settled.pop(identify(watch, meta.namespace, meta.name).key, None)
         if rt.day2 is not None:
             rt.day2.forget(watch, meta.namespace, meta.name)
         await rt.reporter.events(ref, [*events, ("Normal", "Uninstalled", message)])

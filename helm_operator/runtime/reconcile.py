@@ -18,6 +18,7 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Event, Reporter
 from helm_operator.config.charts import ChartInfo, ChartRef, load_chart
 from helm_operator.config.watches import Watch
@@ -40,6 +41,8 @@ from helm_operator.runtime.desired import Resource, Target, prepare
 log = logging.getLogger(__name__)
 
 DELETION_POLL = 1.0  # seconds between checks for a deletion while a Helm action runs
+PROGRESS_GRACE = 1.0  # an action still running after this long is announced on the status
+CHART_RESTAT = 5.0  # seconds a local chart's files are not looked at again
 
 
 @dataclass
@@ -57,7 +60,10 @@ class Runtime:
     # Failure memory per release, newer than the CR status a handler may have been given.
     attempts: dict[str, Attempts] = field(default_factory=dict)
     draining: bool = False
-    _charts: dict[str, tuple[float, ChartInfo]] = field(default_factory=dict)
+    releases: ReleaseIndex | None = None  # fingerprints of Helm's storage (None: always read it)
+    # release key -> what the last reconcile found in sync (for resyncs decided from memory)
+    settled: dict[str, Settled] = field(default_factory=dict)
+    _charts: dict[str, tuple[float, float, ChartInfo]] = field(default_factory=dict)
 
     async def local_chart(self, watch: Watch) -> ChartRef:
         """The chart as a local directory or .tgz; remote charts are pulled once into the cache."""
@@ -67,17 +73,32 @@ class Runtime:
         return ChartRef(ref=watch.chart.ref, path=path, version=watch.chart.version)
 
     def chart(self, ref: ChartRef) -> ChartInfo:
-        """Chart metadata, cached until a file of the chart changes."""
+        """Chart metadata, cached until a file of the chart changes (looked at every few seconds)."""
         path = ref.path
         assert path is not None
+        now = time.monotonic()
+        cached = self._charts.get(str(path))
+        if cached and now - cached[0] < CHART_RESTAT:
+            return cached[2]
         files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
         stamp = max((p.stat().st_mtime for p in files), default=0.0) + len(files)
-        cached = self._charts.get(str(path))
-        if cached and cached[0] == stamp:
-            return cached[1]
+        if cached and cached[1] == stamp:
+            self._charts[str(path)] = (now, stamp, cached[2])
+            return cached[2]
         info = load_chart(ref)
-        self._charts[str(path)] = (stamp, info)
+        self._charts[str(path)] = (now, stamp, info)
         return info
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a reconcile that had nothing to do saw: while all of it still holds, a resync has
+    nothing to do either."""
+
+    uid: str | None
+    generation: int
+    chart: ChartInfo
+    storage: str  # the release's storage fingerprint (``ReleaseIndex``)
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,7 @@ class Result:
     events: tuple[Event, ...] = ()
     attempts: Attempts | None = None  # failure memory to record; None: derive from the status
     conditions: tuple[Update, ...] = ()  # further condition updates (the Day2 condition)
+    announced: bool = False  # the status already says an action is in progress: always write it
 
 
 def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
@@ -130,11 +152,17 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         attempts = max(
             attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
         )
+        rt.settled.pop(key, None)
+        ident = target.ident
+        fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None
         release, state, p = await _decide(rt, target, attempts, events)
         log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
         act = ACTIONS.get(p.action)
         if act is None:
-            return _without_action(cr, target, release, state, p, attempts, events)
+            result = _without_action(cr, target, release, state, p, attempts, events)
+            if result.outcome.phase == "ready" and fingerprint is not None and hooks is None:
+                rt.settled[key] = Settled(cr.uid, cr.generation, chart, fingerprint)
+            return result
         if rt.draining:
             outcome = Outcome("progressing", "ShuttingDown", "operator is shutting down")
             return Result(outcome, retry_after=5, events=tuple(events))
@@ -143,9 +171,8 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
             before = await hooks.around("before", stage, watch, cr.body, target.values, release)
             if not before.ok:
                 return _hook_failed(before, target.digest)
-        await _announce_progress(rt, cr, p)
         scopes = await asyncio.to_thread(rt.discovery.scopes)
-        async with _deletion_watch(rt, cr) as abort:
+        async with _progress_announced(rt, cr, p) as announced, _deletion_watch(rt, cr) as abort:
             outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
         conditions: tuple[Update, ...] = ()
         if hooks is not None and stage is not None and outcome.phase == "ready":
@@ -154,7 +181,9 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
                 events.append(("Warning", after.reason, after.message))
                 conditions = ((CONDITION, False, after.reason, after.message),)
     result = _report(rt, key, attempts, outcome, events)
-    return Result(result.outcome, result.retry_after, result.events, result.attempts, conditions)
+    return Result(
+        result.outcome, result.retry_after, result.events, result.attempts, conditions, announced.is_set()
+    )
 
 
 async def desired(
@@ -257,13 +286,53 @@ def _without_action(
     return Result(outcome, events=tuple(events) if already else (*events, ("Warning", reason, p.reason)))
 
 
-async def _announce_progress(rt: Runtime, cr: Resource, p: Plan) -> None:
-    """Reconciling=True / Ready=Unknown for this generation before Helm starts (kstatus)."""
+@contextlib.asynccontextmanager
+async def _progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterator[asyncio.Event]:
+    """Reconciling=True / Ready=Unknown for this generation once an action has run for
+    ``PROGRESS_GRACE`` (kstatus: in progress). A quicker action writes its outcome alone: until
+    then ``observedGeneration`` lags ``generation``, which says "in progress" just as well.
+    Yields an event set once the announcement is (being) written."""
+    writing = asyncio.Event()
     if cr.uid is None:
+        yield writing
         return
-    ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
-    patch = progress_patch(cr.status, p.action.value, p.reason, cr.generation, time.time())
-    await rt.reporter.status(ref, cr.watch.served_plural, patch)
+
+    async def announce() -> None:
+        await asyncio.sleep(PROGRESS_GRACE)
+        writing.set()
+        ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
+        patch = progress_patch(cr.status, p.action.value, p.reason, cr.generation, time.time())
+        await rt.reporter.status(ref, cr.watch.served_plural, patch)
+
+    task = asyncio.get_running_loop().create_task(announce())
+    try:
+        yield writing
+    finally:
+        if writing.is_set():  # never let it land after the outcome: wait for the write
+            await asyncio.gather(task, return_exceptions=True)
+        else:
+            task.cancel()
+
+
+async def unchanged(rt: Runtime, cr: Resource) -> bool:
+    """Whether a resync of ``cr`` would find nothing to do, decided from memory alone (no API
+    request, no ``helm``): the last reconcile of this generation had nothing to do, the chart is
+    the same, nobody wrote Helm's storage of the release since, and no object of the release
+    changed since its last drift check. Watches with day-2 hooks always reconcile (a value
+    translator may read anything)."""
+    settled = rt.settled.get(cr.ident.key)
+    if settled is None or rt.releases is None or (settled.uid, settled.generation) != (cr.uid, cr.generation):
+        return False
+    try:
+        chart = rt.chart(await rt.local_chart(cr.watch))
+    except Exception:
+        return False
+    ident = cr.ident
+    return (
+        chart is settled.chart
+        and rt.releases.fingerprint(ident.namespace, ident.name) == settled.storage
+        and rt.drift.quiet(cr.watch, ident.owner, cr.annotations)
+    )
 
 
 @contextlib.asynccontextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -402,3 +403,28 @@ def test_render_marks_a_failed_run() -> None:
         "**The run failed:** `ContenderFailed: sdk at N=20: wave 1 not converged in 300s`"
         in report.render(res)
     )
+
+
+def test_a_profile_is_summed_by_package_and_by_our_functions(tmp_path: Path) -> None:
+    from bench import profile
+
+    raw = tmp_path / "ours-1.txt"
+    raw.write_text(
+        "run (kopf/_core/reactor/running.py:10);_change (helm_operator/runtime/handlers.py:180);"
+        "get (kubernetes/dynamic/client.py:112);recv_into (ssl.py:1307) 6\n"
+        "run (kopf/_core/reactor/running.py:10);_change (helm_operator/runtime/handlers.py:181);"
+        "check_release (helm_operator/drift/check.py:150) 3\n"
+        "_run_once (asyncio/base_events.py:1900) 1\n"
+    )
+    summary = profile.summarize([raw])
+    assert summary["samples"] == 10 and summary["cpu_seconds"] == 10 / profile.RATE
+    assert dict(summary["by_package"]) == {
+        "HTTP (urllib3, ssl, socket)": 6,
+        "helm-operator (ours)": 3,
+        "asyncio": 1,
+    }
+    ours = dict(summary["ours_inclusive"])
+    assert ours["_change (helm_operator/runtime/handlers.py)"] == 9  # both lines of it, counted once
+    assert ours["check_release (helm_operator/drift/check.py)"] == 3
+    text = "\n".join(profile.render(summary))
+    assert "| HTTP (urllib3, ssl, socket) | 60.0 % |" in text

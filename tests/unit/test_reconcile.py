@@ -11,13 +11,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from helm_operator.adapters.helm import HelmError
+from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.storage import decode_release, encode_release
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.reconcile import Runtime, reconcile
+from helm_operator.runtime.reconcile import Runtime, reconcile, unchanged
 
 TINY = Path(__file__).resolve().parents[1] / "e2e/charts/tiny"
 CHART = ChartRef(str(TINY), TINY)
@@ -73,9 +74,13 @@ class FakeHelm:
     storage: Storage
     fail: HelmError | None = None
     calls: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # how long an install or upgrade takes
 
-    async def install_or_upgrade(self, name: str, namespace: str, *a: Any, labels: Any, **kw: Any) -> None:
+    async def install_or_upgrade(
+        self, name: str, namespace: str, *a: Any, labels: Any, **kw: Any
+    ) -> dict[str, Any]:
         self.calls.append("upgrade")
+        await asyncio.sleep(self.seconds)
         for r in self.storage.revisions:
             r.status = "superseded" if r.status == "deployed" else r.status
         status = "failed" if self.fail else "deployed"
@@ -83,6 +88,7 @@ class FakeHelm:
         self.storage.revisions.append(rev)
         if self.fail:
             raise self.fail
+        return {"name": name, "namespace": namespace, "version": rev.number, "info": {"status": status}}
 
     async def rollback(self, *a: Any, **kw: Any) -> None:
         """A new revision that redeploys the last good one, as `helm rollback` makes."""
@@ -128,13 +134,23 @@ def test_install_then_nothing_to_do_without_a_helm_call() -> None:
     rt = runtime(helm)
     first = run(rt, cr({"message": "hi"}))
     assert (first.outcome.reason, helm.calls) == ("InstallSucceeded", ["upgrade"])
+    assert first.outcome.release is not None and first.outcome.release.revision == 1  # as helm printed it
+    assert not first.announced and rt.reporter.patches == []  # type: ignore[attr-defined]
+    again = run(rt, cr({"message": "hi"}))
+    assert (again.outcome.reason, helm.calls) == ("ReconciliationSucceeded", ["upgrade"])
+
+
+def test_a_slow_action_is_announced_before_its_outcome(monkeypatch: Any) -> None:
+    monkeypatch.setattr("helm_operator.runtime.reconcile.PROGRESS_GRACE", 0.01)
+    helm = FakeHelm(Storage(), seconds=0.2)
+    rt = runtime(helm)
+    first = run(rt, cr({"message": "hi"}))
+    assert first.outcome.reason == "InstallSucceeded" and first.announced
     progress = rt.reporter.patches[0]["conditions"]  # type: ignore[attr-defined]
     assert [(c["type"], c["status"], c["reason"]) for c in progress][:2] == [
         ("Ready", "Unknown", "Installing"),
         ("Reconciling", "True", "Installing"),
     ]
-    again = run(rt, cr({"message": "hi"}))
-    assert (again.outcome.reason, helm.calls) == ("ReconciliationSucceeded", ["upgrade"])
 
 
 def test_an_interrupted_upgrade_is_unlocked_and_upgraded_once() -> None:
@@ -208,3 +224,29 @@ def test_invalid_values_and_draining_never_reach_helm() -> None:
     rt.draining = True
     draining = run(rt, cr({}))
     assert (draining.outcome.reason, rt.helm.calls) == ("ShuttingDown", [])  # type: ignore[attr-defined]
+
+
+def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes() -> None:
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    index = ReleaseIndex(api=None)  # type: ignore[arg-type]  # fed by hand, never started
+    index.listed(None, [])
+    quiet = {"drift": True}
+    rt = replace(rt, releases=index, drift=SimpleNamespace(quiet=lambda *a: quiet["drift"]))
+    resource = cr({"message": "hi"})
+    run(rt, resource)  # installs: an action is never remembered as settled
+    assert not asyncio.run(unchanged(rt, resource))
+    assert run(rt, resource).outcome.reason == "ReconciliationSucceeded"
+    assert asyncio.run(unchanged(rt, resource))
+    assert not asyncio.run(unchanged(rt, replace(resource, generation=2)))  # the spec changed
+    quiet["drift"] = False  # an object of the release changed since its last check
+    assert not asyncio.run(unchanged(rt, resource))
+    quiet["drift"] = True
+    secret = {"metadata": {"namespace": "ns", "name": "sh.helm.release.v1.t.v2", "labels": {"name": "t"}}}
+    index.changed("ADDED", secret)  # someone ran helm by hand
+    assert not asyncio.run(unchanged(rt, resource))
+    assert run(rt, resource).outcome.reason == "ReconciliationSucceeded"  # read the storage again
+    assert asyncio.run(unchanged(rt, resource))
+    index.lost(None)  # the storage watch broke: nothing is trusted
+    assert not asyncio.run(unchanged(rt, resource))
+    assert helm.calls == ["upgrade"]
