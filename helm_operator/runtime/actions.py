@@ -52,6 +52,7 @@ async def _apply(ctx: ActionContext) -> StoredRelease | None:
         scopes=ctx.scopes,
         tenant=t.tenant,
         abort=ctx.abort,
+        server_side=ctx.before is None or ctx.before.apply_method == "ssa",
     )
     return _printed(out, ctx) or await read(ctx.kube, t.ident)
 

@@ -74,6 +74,8 @@ def lifecycle(
     assert res.get("configmap", "web-config")["data"] == {"message": "two"}
     mine = [c for c in op.helm_calls()[calls:] if " web " in c]
     assert len(mine) == 1 and mine[0].startswith("upgrade web "), mine
+    # Helm 4 applies server-side with strict field validation: its client-side OpenAPI check is skipped.
+    assert ("--disable-openapi-validation" in mine[0].split()) == (helm.major >= 4), mine
 
     calls = len(op.helm_calls())
     res.apply(tiny("web", message="two", replicas=2))  # the same spec again
@@ -163,6 +165,16 @@ def test_render_failure_stalls_with_helms_error(operator: OperatorProcess, res: 
     assert stalled["reason"] == "RenderFailed" and "the chart refuses these values" in stalled["message"]
     reasons = [e["reason"] for e in res.events("broken") if e["type"] == "Warning"]
     assert reasons.count("RenderFailed") == 1 and "RetriesExhausted" not in reasons
+
+
+def test_an_unknown_field_in_the_chart_fails_the_install(operator: OperatorProcess, res: Resources) -> None:
+    """Without Helm's client-side OpenAPI check, the API server's strict field validation still
+    refuses a field the object's schema does not declare, and nothing of the release stays."""
+    res.apply(tiny("typo", unknownField="dta"))
+    ready = res.wait_condition(KIND, "typo", "Ready", status="False")
+    assert ready["reason"] == "InstallFailed" and "dta" in ready["message"], ready
+    assert "--disable-openapi-validation" in upgrades(operator, "typo")[0].split()
+    assert not res.exists("configmap", "typo-typo")
 
 
 def test_long_dotted_name_gets_a_valid_release(
