@@ -66,7 +66,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--repetitions", type=int, help="convergence/update repetitions per N (default 3; quick 1)"
     )
-    p.add_argument("--contenders", type=_contenders, default=list(CONTENDERS), help="subset of ours,helm,sdk")
+    p.add_argument(
+        "--contenders", type=_contenders, default=list(CONTENDERS), help="subset of ours,helm,helm-lean,sdk"
+    )
     p.add_argument("--kubeconfig", type=Path, help="use this running cluster instead of starting one")
     p.add_argument("--out", type=Path, help="where REPORT.md, plots/ and the JSON go")
     p.add_argument("--idle", type=float, help="idle window in seconds (default 300; quick 30)")

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # the backend must be chosen first
 
 from bench.report import TITLES, contenders_of, drift_latencies, first_with, ns_of, runs_for
 
-COLORS = {"ours": "tab:blue", "helm": "tab:gray", "sdk": "tab:orange"}
+COLORS = {"ours": "tab:blue", "helm": "tab:gray", "helm-lean": "tab:green", "sdk": "tab:orange"}
 
 
 def _deployed_over_time(results: dict[str, Any], path: Path) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 from bench import profile
 from bench.stats import growth, median, percentile, rate_per_minute, ratio
 
-FLOOR, OURS, PEER = "helm", "ours", "sdk"
+FLOOR, OURS, PEER, LEAN = "helm", "ours", "sdk", "helm-lean"
 TARGET_N = 1000
-TITLES = {OURS: "ours", FLOOR: "helm (floor)", PEER: "Operator SDK"}
-ORDER = (OURS, FLOOR, PEER)
+TITLES = {OURS: "ours", FLOOR: "helm (floor)", LEAN: "helm, server-side validation", PEER: "Operator SDK"}
+ORDER = (OURS, FLOOR, LEAN, PEER)
 
 Run = dict[str, Any]
 
@@ -247,6 +247,7 @@ def _wave_table(results: dict[str, Any], scenario: str) -> list[str]:
     for n in ns_of(results):
         floor = wave_median(results, FLOOR, n, scenario, "seconds")
         peer = wave_median(results, PEER, n, scenario, "seconds")
+        lean = wave_median(results, LEAN, n, scenario, "seconds")
         for c in contenders_of(results):
             runs = runs_for(results, c, n)
             if not runs:
@@ -262,6 +263,7 @@ def _wave_table(results: dict[str, Any], scenario: str) -> list[str]:
                     f"{num(sec)} (n={len(runs)})",
                     times(ratio(sec, floor)) if c != FLOOR else "1.00x",
                     times(ratio(sec, peer)) if c != PEER else "1.00x",
+                    times(ratio(sec, lean)) if c != LEAN else "1.00x",
                     num(wave_median(results, c, n, scenario, "deployed_s")),
                     num(wave_median(results, c, n, scenario, "cpu_s")),
                     num(wave_median(results, c, n, scenario, "helm_calls_per_release")),
@@ -275,6 +277,7 @@ def _wave_table(results: dict[str, Any], scenario: str) -> list[str]:
         "time s (median)",
         "x floor",
         "x SDK",
+        "x helm, same flags",
         "releases deployed s",
         "CPU s",
         "helm processes / release",
@@ -377,7 +380,7 @@ def _footprint_restart_table(results: dict[str, Any]) -> list[str]:
     rows = []
     for n in ns_of(results):
         for c in contenders_of(results):
-            if c == FLOOR or not runs_for(results, c, n):
+            if c in (FLOOR, LEAN) or not runs_for(results, c, n):
                 continue
             fp = first_with(results, c, n, "footprint") or {}
             rs = first_with(results, c, n, "restart") or {}
