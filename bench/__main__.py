@@ -124,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(args.render.read_text())
         print(write_report(results, args.out or args.render.parent))
         return 0
+    if args.profile:
+        from bench import profile
+
+        try:
+            profile.py_spy()  # fails now, not after the cluster is up
+        except RuntimeError as exc:
+            print(f"python -m bench: {exc}", file=sys.stderr)
+            return 2
     quick = args.quick
     ns = args.n or ([20] if quick else FULL_NS)
     mode = "quick" if quick else ("full" if ns == FULL_NS else "custom")

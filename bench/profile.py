@@ -53,8 +53,8 @@ def record(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """Start sampling ``pid`` until :func:`finish`."""
     cmd = [py_spy(), "record", "--pid", str(pid), "--rate", str(RATE), "--format", "raw"]
     cmd += ["--output", str(out), "--nonblocking"]
-    log = out.with_suffix(".log").open("wb")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    with out.with_suffix(".log").open("wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
 def finish(proc: subprocess.Popen[bytes]) -> None:
@@ -88,8 +88,9 @@ def _waiting(function: str) -> bool:
 
 
 def _frames(line: str) -> tuple[list[str], int]:
+    """A collapsed stack; no frames for a line that does not parse (a file cut short)."""
     stack, _, count = line.rstrip("\n").rpartition(" ")
-    return stack.split(";"), int(count)
+    return (stack.split(";"), int(count)) if stack and count.isdigit() else ([], 0)
 
 
 def _function(frame: str) -> str:
@@ -118,6 +119,8 @@ def summarize(paths: Iterable[Path]) -> dict[str, Any]:
             if not line.strip():
                 continue
             frames, count = _frames(line)
+            if not frames:
+                continue
             if _waiting(_function(frames[-1])):
                 waiting += count
                 continue
@@ -148,7 +151,8 @@ def render(summary: dict[str, Any]) -> list[str]:
         f"py-spy sampled our operator process at {summary['rate']} Hz over {summary['files']} start(s) of "
         f"this run: {summary['samples']} samples running Python code (~{summary['cpu_seconds']:.0f} s); "
         f"{summary.get('waiting_samples', 0)} more found a thread waiting (in select, a socket read, a "
-        "condition) and are left out. Helm and the post-renderer client are other processes.",
+        "condition) and are left out. Helm and the post-renderer client are other processes. The "
+        "sampler's own CPU competes with the contenders: read timings of a profiled run with care.",
         "",
         "| package of the running frame | share |",
         "|---|---|",

@@ -188,7 +188,8 @@ class Helm:
 
     async def _lay_out_postrender(self, workdir: Path) -> None:
         HELM_PROCESSES.labels(command="version").inc()
-        major = self._major = (await asyncio.to_thread(self._cmd.client_version)).major
+        major = (await asyncio.to_thread(self._cmd.client_version)).major
+        self._major = major
         self._postrender_server = postrender.Server(postrender.install(workdir)).start()
         real = shutil.which(self.settings.executable) or self.settings.executable
         env = [f'PATH="{workdir / "bin"}:$PATH"']

@@ -46,6 +46,7 @@ class DriftReport:
     drifts: tuple[ObjectDrift, ...] = ()
     corrected: bool = False
     health: Health | None = None  # of the workloads, from the same live objects; None: not read
+    compared: bool = True  # False: only readiness was read (the objects were compared with nothing)
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where available: 10x faster

@@ -44,6 +44,7 @@ def signature(obj: Mapping[str, Any]) -> str:
             "generation": obj["metadata"]["generation"],
             "labels": meta.get("labels"),
             "annotations": meta.get("annotations"),
+            "ownerReferences": meta.get("ownerReferences"),
             "ready": why_unready(obj) is None,
         }
     else:

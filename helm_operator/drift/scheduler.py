@@ -91,9 +91,9 @@ class DriftChecker:
             self.dependents.use(ident.owner, kinds)
         mode = mode_of(annotations)
         if applied is not None:
-            return DriftReport(mode, health=await workload_health(self.kube, release))
+            return DriftReport(mode, health=await workload_health(self.kube, release), compared=False)
         report = await check_release(self.kube, watch, release, mode, self.memory, announce)
-        if not report.drifts:
+        if not report.drifts:  # (in "disabled" mode nothing is compared, and nothing counts as drift)
             self.clean.add(ident.owner)
         return report
 
@@ -138,7 +138,8 @@ class DriftChecker:
         """Post the Events of a check; return the conditions with ``Drifted`` (and ``Ready``, from
         the workloads' health) updated."""
         await self.reporter.events(ref, events_for(watch, report))
-        updates = [condition_for(report), *health_updates(conditions, report)]
+        drifted = [condition_for(report)] if report.compared else []  # else: what the last check said
+        updates = [*drifted, *health_updates(conditions, report)]
         return merge_conditions(conditions, updates, generation, time.time())
 
 

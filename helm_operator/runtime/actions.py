@@ -61,7 +61,7 @@ def _printed(out: Mapping[str, Any], ctx: ActionContext) -> StoredRelease | None
     """The new revision's record from what helm printed (the labels are the ones it was given),
     sparing a read of the storage; None where helm printed no release."""
     t = ctx.target
-    info = out.get("info") if isinstance(out, Mapping) else None
+    info = out.get("info")
     if not isinstance(info, Mapping) or not info.get("status") or not isinstance(out.get("version"), int):
         return None
     status = str(info["status"])

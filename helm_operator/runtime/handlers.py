@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -28,8 +29,9 @@ from helm_operator.release.identity import identify
 from helm_operator.release.status import status_patch
 from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.idle import status_digest, unchanged, written
 from helm_operator.runtime.probes import Probes
-from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile, unchanged
+from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
 UNREACHABLE = "API server unreachable"
@@ -192,7 +194,7 @@ class Handlers:
                 events += said
             if updates:
                 patch["conditions"] = merge_conditions(patch["conditions"], updates, generation, time.time())
-            announced = result.announced
+            announced, report = result.announced, None
             if result.outcome.phase == "ready":
                 # The safety net: every reconcile (also on resume and each resync) checks drift.
                 self.drift.track(watch, meta.namespace, meta.name)
@@ -208,6 +210,9 @@ class Handlers:
             await rt.reporter.events(ref, events)
             if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
                 await rt.reporter.status(ref, watch.served_plural, patch)
+            if result.settled is not None and (report is None or not report.drifts):
+                as_written = status_digest(written(cr.status, patch))
+                rt.settled[cr.ident.key] = dataclasses.replace(result.settled, status=as_written)
         # Together, so that a scrape never sees one without the other.
         RECONCILES.labels(watch=watch.key, action=action, result=phase).inc()
         RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)

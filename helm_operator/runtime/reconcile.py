@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -37,6 +38,7 @@ from helm_operator.release.state import Action, Plan, ReleaseState, RetryPolicy,
 from helm_operator.release.status import progress_patch
 from helm_operator.runtime.actions import ACTIONS, ActionContext, read
 from helm_operator.runtime.desired import Resource, Target, prepare
+from helm_operator.runtime.idle import Settled
 
 log = logging.getLogger(__name__)
 
@@ -91,17 +93,6 @@ class Runtime:
 
 
 @dataclass(frozen=True)
-class Settled:
-    """What a reconcile that had nothing to do saw: while all of it still holds, a resync has
-    nothing to do either."""
-
-    uid: str | None
-    generation: int
-    chart: ChartInfo
-    storage: str  # the release's storage fingerprint (``ReleaseIndex``)
-
-
-@dataclass(frozen=True)
 class Result:
     outcome: Outcome
     retry_after: float | None = None  # seconds; None: nothing to retry
@@ -109,6 +100,7 @@ class Result:
     attempts: Attempts | None = None  # failure memory to record; None: derive from the status
     conditions: tuple[Update, ...] = ()  # further condition updates (the Day2 condition)
     announced: bool = False  # the status already says an action is in progress: always write it
+    settled: Settled | None = None  # nothing to do: what a resync may rely on once the status is written
 
 
 def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
@@ -153,7 +145,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
             attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
         )
         rt.settled.pop(key, None)
-        ident = target.ident
+        ident, since = target.ident, time.monotonic()
         fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None
         release, state, p = await _decide(rt, target, attempts, events)
         log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
@@ -161,7 +153,8 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         if act is None:
             result = _without_action(cr, target, release, state, p, attempts, events)
             if result.outcome.phase == "ready" and fingerprint is not None and hooks is None:
-                rt.settled[key] = Settled(cr.uid, cr.generation, chart, fingerprint)
+                settled = Settled(cr.uid, cr.generation, chart, fingerprint, since)
+                return dataclasses.replace(result, settled=settled)
             return result
         if rt.draining:
             outcome = Outcome("progressing", "ShuttingDown", "operator is shutting down")
@@ -312,27 +305,6 @@ async def _progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterat
             await asyncio.gather(task, return_exceptions=True)
         else:
             task.cancel()
-
-
-async def unchanged(rt: Runtime, cr: Resource) -> bool:
-    """Whether a resync of ``cr`` would find nothing to do, decided from memory alone (no API
-    request, no ``helm``): the last reconcile of this generation had nothing to do, the chart is
-    the same, nobody wrote Helm's storage of the release since, and no object of the release
-    changed since its last drift check. Watches with day-2 hooks always reconcile (a value
-    translator may read anything)."""
-    settled = rt.settled.get(cr.ident.key)
-    if settled is None or rt.releases is None or (settled.uid, settled.generation) != (cr.uid, cr.generation):
-        return False
-    try:
-        chart = rt.chart(await rt.local_chart(cr.watch))
-    except Exception:
-        return False
-    ident = cr.ident
-    return (
-        chart is settled.chart
-        and rt.releases.fingerprint(ident.namespace, ident.name) == settled.storage
-        and rt.drift.quiet(cr.watch, ident.owner, cr.annotations)
-    )
 
 
 @contextlib.asynccontextmanager

@@ -61,6 +61,10 @@ def test_idle_resyncs_read_nothing_until_helm_storage_changes_by_hand(
         assert resyncs("read") == read
         assert resyncs("memory") >= memory + 2
         assert len(op.helm_calls()) == calls
+        # A write to Helm's storage alone (no object of the release changes) is noticed too.
+        read = resyncs("read")
+        cluster.kubectl("annotate", "secret", "sh.helm.release.v1.idle.v1", "-n", ns, "touched=by-hand")
+        eventually(lambda: resyncs("read") > read, timeout=20, what="a resync that reads the storage")
 
         res.apply(tiny("idle", message="two"))
         eventually(lambda: revision() == 2, timeout=60, what="revision 2")

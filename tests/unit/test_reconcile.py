@@ -18,7 +18,8 @@ from helm_operator.config.watches import Watch
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.reconcile import Runtime, reconcile, unchanged
+from helm_operator.runtime.idle import status_digest, unchanged
+from helm_operator.runtime.reconcile import Runtime, reconcile
 
 TINY = Path(__file__).resolve().parents[1] / "e2e/charts/tiny"
 CHART = ChartRef(str(TINY), TINY)
@@ -226,7 +227,15 @@ def test_invalid_values_and_draining_never_reach_helm() -> None:
     assert (draining.outcome.reason, rt.helm.calls) == ("ShuttingDown", [])  # type: ignore[attr-defined]
 
 
-def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes() -> None:
+def settle(rt: Runtime, resource: Resource) -> str:
+    """A reconcile, then what the handler does once the status is written: remember it settled."""
+    result = run(rt, resource)
+    if result.settled is not None:
+        rt.settled[resource.ident.key] = replace(result.settled, status=status_digest(resource.status))
+    return str(result.outcome.reason)
+
+
+def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes(monkeypatch: Any) -> None:
     helm = FakeHelm(Storage())
     rt = runtime(helm)
     index = ReleaseIndex(api=None)  # type: ignore[arg-type]  # fed by hand, never started
@@ -234,19 +243,23 @@ def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes() -
     quiet = {"drift": True}
     rt = replace(rt, releases=index, drift=SimpleNamespace(quiet=lambda *a: quiet["drift"]))
     resource = cr({"message": "hi"})
-    run(rt, resource)  # installs: an action is never remembered as settled
+    settle(rt, resource)  # installs: an action is never remembered as settled
     assert not asyncio.run(unchanged(rt, resource))
-    assert run(rt, resource).outcome.reason == "ReconciliationSucceeded"
+    assert settle(rt, resource) == "ReconciliationSucceeded"
     assert asyncio.run(unchanged(rt, resource))
     assert not asyncio.run(unchanged(rt, replace(resource, generation=2)))  # the spec changed
+    assert not asyncio.run(unchanged(rt, replace(resource, status={"conditions": []})))  # not as written
     quiet["drift"] = False  # an object of the release changed since its last check
     assert not asyncio.run(unchanged(rt, resource))
     quiet["drift"] = True
     secret = {"metadata": {"namespace": "ns", "name": "sh.helm.release.v1.t.v2", "labels": {"name": "t"}}}
     index.changed("ADDED", secret)  # someone ran helm by hand
     assert not asyncio.run(unchanged(rt, resource))
-    assert run(rt, resource).outcome.reason == "ReconciliationSucceeded"  # read the storage again
+    assert settle(rt, resource) == "ReconciliationSucceeded"  # read the storage again
     assert asyncio.run(unchanged(rt, resource))
+    monkeypatch.setattr("helm_operator.runtime.idle.FULL_READ_EVERY", 0.0)  # too long on the watches alone
+    assert not asyncio.run(unchanged(rt, resource))
+    monkeypatch.undo()
     index.lost(None)  # the storage watch broke: nothing is trusted
     assert not asyncio.run(unchanged(rt, resource))
     assert helm.calls == ["upgrade"]

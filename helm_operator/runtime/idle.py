@@ -1,0 +1,69 @@
+"""Resyncs decided from memory: when nothing a reconcile relied on has changed, a periodic resync
+has nothing to do, and finds that out without an API request or a ``helm`` process.
+
+What it relied on: the resource's uid, generation and status (as the handler wrote it), the
+chart, the release's storage fingerprint (``ReleaseIndex``) and a drift check that found nothing
+with the dependent watches running since (``DriftChecker.quiet``). Once in ``FULL_READ_EVERY``
+a resync reads everything anyway, so a watch that silently stopped delivering costs at most that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from helm_operator.config.charts import ChartInfo
+from helm_operator.runtime.desired import Resource
+
+if TYPE_CHECKING:
+    from helm_operator.runtime.reconcile import Runtime
+
+FULL_READ_EVERY = 600.0  # seconds a memory decision may rest on the watches alone
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a reconcile that had nothing to do saw (recorded once its status is written)."""
+
+    uid: str | None
+    generation: int
+    chart: ChartInfo
+    storage: str  # the release's storage fingerprint
+    since: float  # time.monotonic() of the reads it rests on
+    status: str = ""  # digest of the status as written
+
+
+def status_digest(status: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(status, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def written(status: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """The status after a merge patch of whole top-level fields (``None`` deletes one)."""
+    merged = {**status, **patch}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+async def unchanged(rt: Runtime, cr: Resource) -> bool:
+    """Whether a resync of ``cr`` would find nothing to do, decided from memory alone. Watches with
+    day-2 hooks never settle (a value translator may read anything)."""
+    settled = rt.settled.get(cr.ident.key)
+    if settled is None or rt.releases is None:
+        return False
+    if (settled.uid, settled.generation) != (cr.uid, cr.generation):
+        return False
+    if time.monotonic() - settled.since > FULL_READ_EVERY or status_digest(cr.status) != settled.status:
+        return False
+    try:
+        chart = rt.chart(await rt.local_chart(cr.watch))
+    except Exception:
+        return False
+    ident = cr.ident
+    return (
+        chart is settled.chart
+        and rt.releases.fingerprint(ident.namespace, ident.name) == settled.storage
+        and rt.drift.quiet(cr.watch, ident.owner, cr.annotations)
+    )
