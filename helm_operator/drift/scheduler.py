@@ -138,7 +138,10 @@ class DriftChecker:
         """Post the Events of a check; return the conditions with ``Drifted`` (and ``Ready``, from
         the workloads' health) updated."""
         await self.reporter.events(ref, events_for(watch, report))
-        drifted = [condition_for(report)] if report.compared else []  # else: what the last check said
+        # Only readiness read (just after Helm applied the release): a first Drifted says the objects
+        # are as applied; a Drifted already there stays what the last comparison found.
+        known = any(c.get("type") == "Drifted" for c in conditions)
+        drifted = [condition_for(report)] if report.compared or not known else []
         updates = [*drifted, *health_updates(conditions, report)]
         return merge_conditions(conditions, updates, generation, time.time())
 
