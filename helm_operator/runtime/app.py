@@ -130,9 +130,9 @@ class App:
         self.reporter = Reporter(self.kube)
         self.dependents = DependentWatches(self.kube, notify=self._dependent_changed)
         self.checker = DriftChecker(self.kube, self.reporter, dependents=self.dependents)
-        patterns = settings.namespaces
-        exact = not any(c in n for n in patterns for c in "*?[!")
-        self.releases = ReleaseIndex(self.kube.api, list(patterns) if exact else [])
+        # Namespace patterns that are plain names can be listed and watched one by one.
+        self._globbed = any(c in n for n in settings.namespaces for c in "*?[!")
+        self.releases = ReleaseIndex(self.kube.api, [] if self._globbed else list(settings.namespaces))
         concurrency = Concurrency()
         day2 = None
         if settings.hooks:
@@ -251,8 +251,7 @@ class App:
 
     def _first_listing(self, watches: Sequence[Watch]) -> list[str]:
         """Every custom resource the operator will handle on start (selector and namespaces applied)."""
-        patterns = self.settings.namespaces
-        globbed = any(c in n for n in patterns for c in "*?[!")
+        patterns, globbed = self.settings.namespaces, self._globbed
         found = []
         for watch in watches:
             namespaced = patterns and not globbed and watch.scope == "Namespaced"

@@ -282,9 +282,11 @@ def _without_action(
 @contextlib.asynccontextmanager
 async def _progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterator[asyncio.Event]:
     """Reconciling=True / Ready=Unknown for this generation once an action has run for
-    ``PROGRESS_GRACE`` (kstatus: in progress). A quicker action writes its outcome alone: until
-    then ``observedGeneration`` lags ``generation``, which says "in progress" just as well.
-    Yields an event set once the announcement is (being) written."""
+    ``PROGRESS_GRACE`` (kstatus: in progress). A quicker action writes its outcome alone: for a
+    spec change, ``observedGeneration`` lags ``generation`` until then, which says "in progress"
+    just as well; an action with an unchanged spec (re-asserting a release changed by hand) keeps
+    the previous conditions for that second. Yields an event set once the announcement is (being)
+    written."""
     writing = asyncio.Event()
     if cr.uid is None:
         yield writing
