@@ -70,6 +70,12 @@ DEPENDENT_CACHE = Gauge(
     "Objects held in the cache of each dependent watch (label-filtered server-side)",
     ["kind"],
 )
+DEPENDENT_CHANGES = Counter(
+    "helm_operator_dependent_changes_total",
+    "Changes of release objects the dependent watches saw, by what they meant: changed (compared "
+    "with the release), readiness (a workload became ready or unready), applied (Helm's own write)",
+    ["kind", "change"],
+)
 LEADER = Gauge(
     "helm_operator_leader", "1 while this replica holds the leader lease (or runs without election)"
 )

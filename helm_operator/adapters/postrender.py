@@ -145,13 +145,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _Handler(socketserver.StreamRequestHandler):
+    """One request of the client: ``<size>\\n`` and the NUL-separated arguments, then the stream
+    until the client shuts its side down. The answer: ``<exit code> <stderr size>\\n``, stderr,
+    then the changed stream."""
+
     def handle(self) -> None:
         try:
-            argv = json.loads(self.rfile.readline())
+            size = int(self.rfile.readline())
+            argv = (
+                [a.decode("utf-8", "surrogateescape") for a in self.rfile.read(size).split(b"\0")]
+                if size
+                else []
+            )
             code, out, err = render(argv, self.rfile.read())
         except Exception as exc:  # a bug must fail the render with a reason, never hang helm
             code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
-        self.wfile.write(json.dumps({"code": code, "stderr": err}).encode() + b"\n" + out)
+        stderr = err.encode()
+        self.wfile.write(b"%d %d\n" % (code, len(stderr)) + stderr + out)
 
 
 class Server:
@@ -182,23 +192,26 @@ class Server:
         self.path.unlink(missing_ok=True)
 
 
+# Only built-in modules: importing json and socket took more CPU than the interpreter's start.
 _CLIENT = """# helm-operator's post-renderer client, written by the operator for its own helm processes.
-import json, os, socket, sys
+import _socket, os, sys
 argv = sys.argv[1:]
-s = socket.socket(socket.AF_UNIX)
+s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
 try:
     s.connect({socket!r})
 except OSError:
     os.execv({python!r}, [{python!r}, "-m", "helm_operator.adapters.postrender", *argv])
-s.sendall(json.dumps(argv).encode() + b"\\n")
-while chunk := sys.stdin.buffer.read(1 << 16):
-    s.sendall(chunk)
-s.shutdown(socket.SHUT_WR)
-answer = s.makefile("rb")
-head = json.loads(answer.readline())
-sys.stderr.write(head["stderr"])
-sys.stdout.buffer.write(answer.read())
-sys.exit(head["code"])
+args = b"\\0".join(os.fsencode(a) for a in argv)
+s.sendall(b"%d\\n" % len(args) + args + sys.stdin.buffer.read())
+s.shutdown(_socket.SHUT_WR)
+chunks = []
+while chunk := s.recv(1 << 16):
+    chunks.append(chunk)
+head, _, rest = b"".join(chunks).partition(b"\\n")
+code, size = (int(x) for x in head.split())
+sys.stderr.buffer.write(rest[:size])
+sys.stdout.buffer.write(rest[size:])
+sys.exit(code)
 """
 
 

@@ -6,6 +6,10 @@ operator labelled. A release's *fingerprint* changes whenever any of its revisio
 removed, by us or by someone running ``helm`` by hand; an idle resync compares it with the one it
 last saw instead of listing and decoding the storage again. While the watch is not listed or not
 connected there is no fingerprint, and callers read the storage as before.
+
+The index also remembers the last record read or written of each release (``remember``) and
+hands it back (``record``) for as long as the newest stored revision is still that one, with the
+same status and unchanged since: a reconcile or a drift check then needs no read of the storage.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.release.record import StoredRelease
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +36,10 @@ _LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,applic
 _ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 WATCH_SECONDS = 300
 RETRY_BASE, RETRY_CAP = 1.0, 15.0
+FORBIDDEN_RETRY = 300.0  # seconds between attempts while RBAC refuses the listing
 
 Release = tuple[str, str]  # (namespace, release name)
+Stored = tuple[str, int, str]  # one revision's Secret: (resourceVersion, revision, status)
 
 
 class _Scope:
@@ -41,6 +48,7 @@ class _Scope:
     def __init__(self, api: client.ApiClient, namespace: str | None, index: ReleaseIndex) -> None:
         self.api, self.namespace, self.index = api, namespace, index
         self.failures = 0
+        self.forbidden = False  # the last attempt was refused (403): said once, retried rarely
         self.thread = threading.Thread(
             target=self._run, name=f"release-index-{namespace or 'all'}", daemon=True
         )
@@ -63,9 +71,29 @@ class _Scope:
             try:
                 self._list_and_watch()
             except ApiException as exc:
-                self._failed(f"{exc.status} {exc.reason}", again=exc.status == 410)
+                if exc.status == 403:
+                    self._forbidden(exc)
+                else:
+                    self._failed(f"{exc.status} {exc.reason}", again=exc.status == 410)
             except Exception as exc:  # the API server is away
                 self._failed(f"{type(exc).__name__}: {str(exc)[:120]}")
+
+    def _forbidden(self, exc: ApiException) -> None:
+        """Not allowed to list Secrets here: say so once, and what it costs; then ask again rarely
+        (the RBAC may be granted later)."""
+        self.index.lost(self.namespace)
+        if not self.forbidden:
+            where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
+            log.warning(
+                "cannot list Helm's release Secrets %s (%s %s): every resync reads the release "
+                "storage instead of deciding from memory; grant list and watch on secrets %s",
+                where,
+                exc.status,
+                exc.reason,
+                where,
+            )
+        self.forbidden = True
+        self.index.stopped.wait(FORBIDDEN_RETRY)
 
     def _failed(self, why: str, again: bool = False) -> None:
         self.index.lost(self.namespace)
@@ -81,7 +109,9 @@ class _Scope:
         listing = json.loads(resp.data)
         rv = listing["metadata"]["resourceVersion"]
         self.index.listed(self.namespace, listing.get("items") or [])
-        self.failures = 0
+        if self.forbidden:
+            log.info("listing Helm's release Secrets is allowed now: resyncs decide from memory again")
+        self.failures, self.forbidden = 0, False
         while not self.index.stopped.is_set():
             resp = self._request(
                 _ONE,
@@ -107,12 +137,16 @@ class _Scope:
 
 
 class ReleaseIndex:
-    """(namespace, release) -> {storage Secret name: resourceVersion}, from metadata watches."""
+    """(namespace, release) -> {storage Secret name: (resourceVersion, revision, status)}, from
+    metadata watches."""
 
     def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = ()) -> None:
         self.stopped = threading.Event()
         self._lock = threading.Lock()
-        self._revisions: defaultdict[Release, dict[str, str]] = defaultdict(dict)
+        self._revisions: defaultdict[Release, dict[str, Stored]] = defaultdict(dict)
+        # The last record of each release, and the resourceVersion of the Secret it was found to
+        # match (None: not yet seen in the watch, e.g. just printed by helm).
+        self._records: dict[Release, tuple[StoredRelease, str | None]] = {}
         self._live: set[str | None] = set()  # scopes listed and connected since (None: all namespaces)
         self._scopes = [_Scope(api, ns, self) for ns in namespaces] or [_Scope(api, None, self)]
 
@@ -128,29 +162,64 @@ class ReleaseIndex:
         if not self._known(namespace):
             return None
         with self._lock:
-            secrets = sorted(self._revisions.get((namespace, release), {}).items())
+            secrets = sorted((k, v[0]) for k, v in self._revisions.get((namespace, release), {}).items())
         return hashlib.sha256(json.dumps(secrets).encode()).hexdigest()[:16]
+
+    def remember(self, record: StoredRelease) -> None:
+        """The release's latest revision as just read from the storage or printed by helm."""
+        with self._lock:
+            self._records[(record.namespace, record.name)] = (record, None)
+
+    def forget(self, namespace: str, release: str) -> None:
+        """Drop what ``remember`` kept (the caller is about to change the storage itself)."""
+        with self._lock:
+            self._records.pop((namespace, release), None)
+
+    def record(self, namespace: str, release: str) -> StoredRelease | None:
+        """The remembered record while the storage's newest revision is still the one it
+        describes, with the same status and not written since; None: read the storage."""
+        if not self._known(namespace):
+            return None
+        key = (namespace, release)
+        with self._lock:
+            kept, stored = self._records.get(key), self._revisions.get(key)
+            if kept is None or not stored:
+                return None
+            rv, revision, status = max(stored.values(), key=lambda s: s[1])
+            record, bound = kept
+            if (revision, status) != (record.revision, record.status) or bound not in (None, rv):
+                return None
+            self._records[key] = (record, rv)
+            return record
 
     def _known(self, namespace: str) -> bool:
         return None in self._live or namespace in self._live
 
     @staticmethod
-    def _entry(obj: Mapping[str, Any]) -> tuple[Release, str, str] | None:
+    def _entry(obj: Mapping[str, Any]) -> tuple[Release, str, Stored] | None:
         meta = obj.get("metadata") or {}
-        release = (meta.get("labels") or {}).get("name")
+        labels = meta.get("labels") or {}
+        release = labels.get("name")
         if not release or not meta.get("name"):
             return None
         release_key = (str(meta.get("namespace") or ""), str(release))
-        return release_key, str(meta["name"]), str(meta.get("resourceVersion"))
+        try:
+            revision = int(labels.get("version") or 0)
+        except ValueError:
+            revision = 0
+        stored = (str(meta.get("resourceVersion")), revision, str(labels.get("status") or ""))
+        return release_key, str(meta["name"]), stored
 
     def listed(self, namespace: str | None, items: Iterable[Mapping[str, Any]]) -> None:
         """A full listing of a scope (None: all namespaces); its fingerprints are known from now."""
-        fresh: defaultdict[Release, dict[str, str]] = defaultdict(dict)
+        fresh: defaultdict[Release, dict[str, Stored]] = defaultdict(dict)
         for entry in filter(None, map(self._entry, items)):
             fresh[entry[0]][entry[1]] = entry[2]
         with self._lock:
             for key in [k for k in self._revisions if namespace in (None, k[0])]:
                 del self._revisions[key]
+            for key in [k for k in self._records if namespace in (None, k[0])]:
+                del self._records[key]  # what happened during the gap is not known
             self._revisions.update(fresh)
             self._live.add(namespace)
 
@@ -164,11 +233,12 @@ class ReleaseIndex:
         entry = self._entry(obj)
         if entry is None:
             return
-        release, secret, rv = entry
+        release, secret, stored = entry
         with self._lock:
             if etype == "DELETED":
                 self._revisions[release].pop(secret, None)
                 if not self._revisions[release]:
                     del self._revisions[release]
+                    self._records.pop(release, None)  # uninstalled: a new life starts at revision 1
             else:
-                self._revisions[release][secret] = rv
+                self._revisions[release][secret] = stored

@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
+from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.release.record import UNLOCKED_PREFIX, StoredRelease, from_body
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
@@ -58,11 +59,20 @@ def _decoded(namespace: str, secret: Any) -> dict[str, Any]:
     return body
 
 
-def latest_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | None:
+def latest_release(
+    api: client.CoreV1Api, name: str, namespace: str, index: ReleaseIndex | None = None
+) -> StoredRelease | None:
+    """The latest revision; with an ``index``, the one it remembers while the storage still
+    holds exactly that as the newest (no read), and what was read is remembered."""
+    if index is not None and (known := index.record(namespace, name)) is not None:
+        return known
     secrets = _secrets(api, name, namespace)
     if not secrets:
         return None
-    return _stored(name, namespace, secrets[-1], secrets)
+    release = _stored(name, namespace, secrets[-1], secrets)
+    if index is not None:
+        index.remember(release)
+    return release
 
 
 def current_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | None:

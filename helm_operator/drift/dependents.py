@@ -3,7 +3,9 @@
 One watch per kind that some deployed release uses, started when the first release uses it and
 stopped when the last one no longer does. The API server only sends objects that carry the owner
 label, so unrelated Deployments or ConfigMaps never reach (or fill the memory of) the operator.
-An update that changes more than status, or a deletion, reports the owner id through ``notify``.
+Each update that matters reports the owner id through ``notify`` with what kind of change it was
+(``Change``): most events a release's objects see are Helm's own writes and controllers' status
+updates, and only a change by someone else is worth comparing the objects with the release.
 Watches run in threads: the kubernetes client is synchronous.
 """
 
@@ -15,14 +17,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import Kube
-from helm_operator.adapters.metrics import DEPENDENT_CACHE
-from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.adapters.metrics import DEPENDENT_CACHE, DEPENDENT_CHANGES
+from helm_operator.core.naming import HELM_FIELD_MANAGER, OWNER_LABEL
 from helm_operator.release.health import WORKLOAD_KINDS, why_unready
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,26 @@ log = logging.getLogger(__name__)
 Kind = tuple[str, str]  # (apiVersion, kind)
 SELECTOR = OWNER_LABEL  # "the label exists": every object any release of this operator created
 RETRY_BASE, RETRY_CAP = 1.0, 15.0  # seconds between attempts while the API server is unreachable
+WATCH_SECONDS = 10  # the API server ends each watch call after this long; a new one resumes it
+READ_TIMEOUT = WATCH_SECONDS + 20  # no byte for this long: the connection is dead, list again
+# Annotations controllers write on the objects they manage; never a chart's, never drift.
+CONTROLLER_ANNOTATIONS = ("deployment.kubernetes.io/",)
+
+# What an event says about a release:
+# - "changed": something else than Helm changed or removed an object: compare the release;
+# - "readiness": only whether a workload is ready changed: report it, nothing to compare;
+# - "applied": Helm (or a drift correction, which applies as Helm does) wrote it: nothing drifted,
+#   though the next resync compares in full rather than trusting an earlier comparison.
+Change = Literal["changed", "readiness", "applied"]
+
+
+class Seen(NamedTuple):
+    """What the watch last saw of one object."""
+
+    spec: str  # digest of everything but status and bookkeeping metadata
+    ready: bool
+    owner: str | None
+    writes: frozenset[tuple[str, str, str, str]]  # (manager, operation, subresource, time)
 
 
 def signature(obj: Mapping[str, Any]) -> str:
@@ -37,38 +59,78 @@ def signature(obj: Mapping[str, Any]) -> str:
     meta = dict(obj.get("metadata") or {})
     for k in ("resourceVersion", "managedFields", "generation"):
         meta.pop(k, None)
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(CONTROLLER_ANNOTATIONS)
+    }
+    meta["annotations"] = annotations or None
     if (obj.get("metadata") or {}).get("generation") is not None:
-        # Objects with a generation bump it on every spec change; status writes do not, except
-        # where they change whether a workload is ready (Ready follows that).
+        # Objects with a generation bump it on every spec change; status writes do not.
         body: dict[str, Any] = {
             "generation": obj["metadata"]["generation"],
             "labels": meta.get("labels"),
             "annotations": meta.get("annotations"),
             "ownerReferences": meta.get("ownerReferences"),
-            "ready": why_unready(obj) is None,
         }
     else:
         body = {k: v for k, v in obj.items() if k != "status"}
         body["metadata"] = meta
-        if obj.get("kind") in WORKLOAD_KINDS:  # a PersistentVolumeClaim binding
-            body["ready"] = why_unready(obj) is None
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
-Entry = tuple[str, str | None]  # (signature, owner)
+def writes(obj: Mapping[str, Any]) -> frozenset[tuple[str, str, str, str]]:
+    """Who last wrote which part of the object, and when (``metadata.managedFields``)."""
+    return frozenset(
+        (str(e.get("manager")), str(e.get("operation")), str(e.get("subresource") or ""), str(e.get("time")))
+        for e in (obj.get("metadata") or {}).get("managedFields") or ()
+        if isinstance(e, Mapping)
+    )
 
 
-def relist_changes(old: Mapping[tuple[str, str], Entry], new: Mapping[tuple[str, str], Entry]) -> set[str]:
+def seen(obj: Mapping[str, Any]) -> Seen:
+    meta = obj.get("metadata") or {}
+    return Seen(
+        signature(obj),
+        obj.get("kind") not in WORKLOAD_KINDS or why_unready(obj) is None,
+        (meta.get("labels") or {}).get(OWNER_LABEL),
+        writes(obj),
+    )
+
+
+def classify(before: Seen | None, after: Seen, ours: frozenset[str]) -> tuple[Change, ...]:
+    """What an update of an object means for its release (nothing, one or two things).
+
+    A change counts as Helm's own only when the managers whose entries in ``managedFields`` are
+    new or newer are all Helm's (the API server stamps an entry whenever its manager changes the
+    object). Two writes by one manager within a second leave the stamp as it was: with no writer
+    to name, the change is compared like any other. Helm's write may change readiness too (a
+    correction scaling a Deployment back): that is reported."""
+    if before is None:
+        return ("changed",)
+    readiness: tuple[Change, ...] = ("readiness",) if before.ready != after.ready else ()
+    if before.spec == after.spec:
+        return readiness
+    writers = {w[0] for w in after.writes - before.writes}
+    if writers and writers <= ours:
+        return ("applied", *readiness)
+    return ("changed",)
+
+
+def relist_changes(old: Mapping[tuple[str, str], Seen], new: Mapping[tuple[str, str], Seen]) -> set[str]:
     """Owners whose objects changed or vanished between two listings (a watch gap after 410 Gone)."""
-    owners = {old[k][1] for k in old.keys() - new.keys()}
-    owners |= {new[k][1] for k in old.keys() & new.keys() if old[k][0] != new[k][0]}
+    owners = {old[k].owner for k in old.keys() - new.keys()}
+    owners |= {new[k].owner for k in old.keys() & new.keys() if old[k][:2] != new[k][:2]}
     return {o for o in owners if o}
 
 
+Notify = Callable[[str, Change], object]
+
+
 class KindWatch:
-    def __init__(self, kube: Kube, kind: Kind, notify: Callable[[str], object]) -> None:
-        self.kube, self.kind, self.notify = kube, kind, notify
-        self.cache: dict[tuple[str, str], Entry] = {}  # (namespace, name) -> (signature, owner)
+    def __init__(
+        self, kube: Kube, kind: Kind, notify: Notify, ours: frozenset[str] = frozenset({HELM_FIELD_MANAGER})
+    ) -> None:
+        self.kube, self.kind, self.notify, self.ours = kube, kind, notify, ours
+        self.cache: dict[tuple[str, str], Seen] = {}  # (namespace, name) -> what was seen last
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"watch-{kind[1]}", daemon=True)
         self.label = f"{kind[1]}.{kind[0]}"
@@ -118,8 +180,16 @@ class KindWatch:
         rv = listing.metadata.resourceVersion
         w = k8s_watch.Watch()
         while not self.stopped.is_set():
-            for event in self.kube.dyn.watch(
-                res, label_selector=SELECTOR, resource_version=rv, timeout=10, watcher=w
+            # Called as DynamicClient.watch does, plus a read timeout: a connection that died
+            # without a word would otherwise leave the watch waiting (and "live") for ever.
+            for event in w.stream(
+                res.get,
+                label_selector=SELECTOR,
+                resource_version=rv,
+                timeout_seconds=WATCH_SECONDS,
+                allow_watch_bookmarks=True,
+                serialize=False,
+                _request_timeout=(10, READ_TIMEOUT),
             ):
                 if self.stopped.is_set():
                     w.stop()
@@ -134,38 +204,38 @@ class KindWatch:
 
     def _listed(self, items: list[dict[str, Any]]) -> None:
         """A full listing (at start, and after a watch gap): owners whose objects changed meanwhile."""
-        fresh = {
-            (i["metadata"].get("namespace") or "", i["metadata"]["name"]): (
-                signature(i),
-                (i["metadata"].get("labels") or {}).get(OWNER_LABEL),
-            )
-            for i in items
-        }
+        fresh = {(i["metadata"].get("namespace") or "", i["metadata"]["name"]): seen(i) for i in items}
         changed = relist_changes(self.cache, fresh)  # empty on the first listing
         self.cache = fresh
         self.synced.set()
         self.live = True
         for owner in changed:
-            self.notify(owner)
+            self._notify(owner, "changed")
         DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
 
     def _handle(self, etype: str, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
         key = (meta.get("namespace") or "", meta["name"])
-        owner = (meta.get("labels") or {}).get(OWNER_LABEL)
         if etype == "DELETED":
-            self.cache.pop(key, None)
+            gone = self.cache.pop(key, None)
             DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
-        else:
-            sig = signature(obj)
-            if self.cache.get(key, ("", None))[0] == sig:
-                return  # status-only or no-op update
-            self.cache[key] = (sig, owner)
+            owner = (meta.get("labels") or {}).get(OWNER_LABEL) or (gone.owner if gone else None)
+            if owner:
+                self._notify(owner, "changed")
+            return
+        now = seen(obj)
+        before = self.cache.get(key)
+        self.cache[key] = now
+        if before is None:
             DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
-            if etype == "ADDED":
-                return  # created by helm or by a correction: nothing drifted
-        if owner:
-            self.notify(owner)
+        if etype == "ADDED" or now.owner is None:
+            return  # created by helm or by a correction: nothing drifted
+        for change in classify(before, now, self.ours):
+            self._notify(now.owner, change)
+
+    def _notify(self, owner: str, change: Change) -> None:
+        DEPENDENT_CHANGES.labels(kind=self.label, change=change).inc()
+        self.notify(owner, change)
 
     def start(self) -> None:
         self.thread.start()
@@ -179,9 +249,10 @@ class KindWatch:
 class DependentWatches:
     """Reference-counted watches: owner -> kinds its release uses."""
 
-    def __init__(self, kube: Kube, notify: Callable[[str], object]) -> None:
+    def __init__(self, kube: Kube, notify: Notify, ours: Iterable[str] = ()) -> None:
         self.kube = kube
         self.notify = notify
+        self.ours = frozenset({HELM_FIELD_MANAGER, *ours})  # field managers of Helm's writes
         self._uses: dict[str, set[Kind]] = {}
         self._watches: dict[Kind, KindWatch] = {}
         self._lock = threading.Lock()
@@ -200,7 +271,7 @@ class DependentWatches:
         wanted: set[Kind] = set().union(*self._uses.values()) if self._uses else set()
         for kind in wanted - set(self._watches):
             log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], SELECTOR)
-            self._watches[kind] = KindWatch(self.kube, kind, self.notify)
+            self._watches[kind] = KindWatch(self.kube, kind, self.notify, self.ours)
             self._watches[kind].start()
         for kind in set(self._watches) - wanted:
             log.info("no release uses %s %s any more: watch stopped", kind[0], kind[1])

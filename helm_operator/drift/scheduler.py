@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import merge_conditions
@@ -35,7 +36,7 @@ from helm_operator.drift.check import (
     mode_of,
     workload_health,
 )
-from helm_operator.drift.dependents import DependentWatches
+from helm_operator.drift.dependents import Change, DependentWatches
 from helm_operator.drift.diff import ObjectDrift
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.record import StoredRelease
@@ -55,6 +56,7 @@ class DriftChecker:
     paused: dict[str, str | None] = field(default_factory=dict)
     # Owners whose last full check found no drift, with no change of their objects seen since.
     clean: set[str] = field(default_factory=set)
+    releases: ReleaseIndex | None = None  # remembers the latest record of each release
 
     def pause(self, owner: str, why: str | None) -> None:
         self.paused[owner] = why
@@ -79,16 +81,9 @@ class DriftChecker:
         Helm wrote a moment ago, so only the workloads' readiness is read; the first check after
         (a change of an object, a resync) compares them in full."""
         self.clean.discard(ident.owner)
-        if self.paused.get(ident.owner):
+        release = await self._deployed(watch, ident, applied)
+        if release is None:
             return None
-        release = applied or await asyncio.to_thread(
-            storage.latest_release, self.kube.core, ident.name, ident.namespace
-        )
-        if release is None or release.status != "deployed" or release.owner != ident.owner:
-            return None
-        if self.dependents is not None and watch.watch_dependent_resources:
-            kinds = {(str(d["apiVersion"]), str(d["kind"])) for d in manifest_objects(release)}
-            self.dependents.use(ident.owner, kinds)
         mode = mode_of(annotations)
         if applied is not None:
             return DriftReport(mode, health=await workload_health(self.kube, release), compared=False)
@@ -96,6 +91,35 @@ class DriftChecker:
         if not report.drifts:  # (in "disabled" mode nothing is compared, and nothing counts as drift)
             self.clean.add(ident.owner)
         return report
+
+    async def readiness(
+        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str]
+    ) -> DriftReport | None:
+        """Only the workloads' readiness, read again (a workload became ready or stopped being
+        so; nothing else changed): what the last comparison found still holds."""
+        release = await self._deployed(watch, ident, None)
+        if release is None:
+            return None
+        return DriftReport(
+            mode_of(annotations), health=await workload_health(self.kube, release), compared=False
+        )
+
+    async def _deployed(
+        self, watch: Watch, ident: ReleaseId, applied: StoredRelease | None
+    ) -> StoredRelease | None:
+        """The owner's deployed release (its kinds watched from now), or None: nothing deployed of
+        ours, or a day-2 hook paused drift correction."""
+        if self.paused.get(ident.owner):
+            return None
+        release = applied or await asyncio.to_thread(
+            storage.latest_release, self.kube.core, ident.name, ident.namespace, self.releases
+        )
+        if release is None or release.status != "deployed" or release.owner != ident.owner:
+            return None
+        if self.dependents is not None and watch.watch_dependent_resources:
+            kinds = {(str(d["apiVersion"]), str(d["kind"])) for d in manifest_objects(release)}
+            self.dependents.use(ident.owner, kinds)
+        return release
 
     def quiet(self, watch: Watch, owner: str, annotations: Mapping[str, str]) -> bool:
         """Whether a check now would find what the last one found, without reading anything: it
@@ -154,7 +178,8 @@ class DriftScheduler:
         self.concurrency = concurrency
         self.debounce = debounce
         self.owners: dict[str, tuple[Watch, str | None, str]] = {}
-        self._state: dict[str, bool] = {}  # owner -> a further check is due
+        self._due: dict[str, Change] = {}  # owner -> the check due next ("changed": in full)
+        self._running: set[str] = set()  # owners with a check task
         self._loop: asyncio.AbstractEventLoop | None = None  # the operator's loop, seen by track()
 
     def track(self, watch: Watch, namespace: str | None, name: str) -> None:
@@ -170,36 +195,37 @@ class DriftScheduler:
         if self.checker.dependents is not None:
             self.checker.dependents.release(owner)
 
-    def poke_threadsafe(self, owner: str) -> None:
+    def poke_threadsafe(self, owner: str, change: Change = "changed") -> None:
         """``poke`` from another thread (the dependent watches run in threads)."""
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.poke, owner)
+            self._loop.call_soon_threadsafe(self.poke, owner, change)
 
-    def poke(self, owner: str) -> None:
-        self.checker.changed(owner)
-        if owner not in self.owners:
+    def poke(self, owner: str, change: Change = "changed") -> None:
+        """An object of the owner's release changed: compare it (``changed``), report readiness
+        (``readiness``), or only forget that it was found clean (``applied``: Helm wrote it)."""
+        if change != "readiness":
+            self.checker.changed(owner)
+        if change == "applied" or owner not in self.owners:
             return
-        if owner in self._state:
-            self._state[owner] = True
-            return
-        self._state[owner] = False
-        asyncio.get_running_loop().create_task(self._run(owner))
+        self._due[owner] = "changed" if "changed" in (change, self._due.get(owner)) else "readiness"
+        if owner not in self._running:
+            self._running.add(owner)
+            asyncio.get_running_loop().create_task(self._run(owner))
 
     async def _run(self, owner: str) -> None:
         try:
-            while True:
+            while owner in self._due:
                 await asyncio.sleep(self.debounce)
-                await self._check(owner)
-                if not self._state.get(owner):
-                    break
-                self._state[owner] = False
+                due = self._due.pop(owner)
+                await self._check(owner, full=due == "changed")
         except Exception as exc:
             why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)[:200]
             log.warning("drift check for owner %s failed: %s", owner, why)
         finally:
-            self._state.pop(owner, None)
+            self._running.discard(owner)
+            self._due.pop(owner, None)
 
-    async def _check(self, owner: str) -> None:
+    async def _check(self, owner: str, full: bool = True) -> None:
         entry = self.owners.get(owner)
         if entry is None:
             return
@@ -219,7 +245,10 @@ class DriftScheduler:
             self.checker.seed_paused(ident.owner, (body.get("status") or {}).get("day2"))
             annotations = body["metadata"].get("annotations") or {}
             announce = self.checker.announcer(watch, ref, current, generation)
-            report = await self.checker.check(watch, ident, annotations, announce)
+            if full:
+                report = await self.checker.check(watch, ident, annotations, announce)
+            else:
+                report = await self.checker.readiness(watch, ident, annotations)
             if report is None:
                 return
             conditions = await self.checker.report(watch, ref, report, current, generation)

@@ -55,7 +55,7 @@ class _ObjectWatch(KindWatch):
     """One kind: the objects of every owner, and a call for each change that matters."""
 
     def __init__(self, kube: Kube, kind: Kind, changed: Changed) -> None:
-        super().__init__(kube, kind, lambda owner: None)
+        super().__init__(kube, kind, lambda owner, change: None)
         self.changed = changed
         self.lock = threading.Lock()
         self.objects: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}  # key -> (signature, object)

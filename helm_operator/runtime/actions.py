@@ -15,6 +15,7 @@ from typing import Any
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmAborted, HelmError
 from helm_operator.adapters.kube import Kube
+from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.release.identity import ReleaseId
 from helm_operator.release.outcome import Outcome, Remediation
 from helm_operator.release.record import StoredRelease, from_body
@@ -32,9 +33,10 @@ class ActionContext:
     abort: asyncio.Event | None = None  # set when the resource is being deleted: stop helm
 
 
-async def read(kube: Kube, ident: ReleaseId) -> StoredRelease | None:
-    """The release's latest revision in Helm's storage (read in a thread)."""
-    return await asyncio.to_thread(storage.latest_release, kube.core, ident.name, ident.namespace)
+async def read(kube: Kube, ident: ReleaseId, index: ReleaseIndex | None = None) -> StoredRelease | None:
+    """The release's latest revision in Helm's storage (read in a thread), or the one the index
+    remembers while the storage still holds exactly that as the newest."""
+    return await asyncio.to_thread(storage.latest_release, kube.core, ident.name, ident.namespace, index)
 
 
 async def _apply(ctx: ActionContext) -> StoredRelease | None:

@@ -37,7 +37,7 @@ from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch, resolve, selector_matches
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
-from helm_operator.drift.dependents import DependentWatches
+from helm_operator.drift.dependents import Change, DependentWatches
 from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Hooks
@@ -128,11 +128,16 @@ class App:
             )
         )
         self.reporter = Reporter(self.kube)
-        self.dependents = DependentWatches(self.kube, notify=self._dependent_changed)
-        self.checker = DriftChecker(self.kube, self.reporter, dependents=self.dependents)
+        # Helm 4 writes as field manager "helm"; Helm 3 as its executable's name.
+        self.dependents = DependentWatches(
+            self.kube, notify=self._dependent_changed, ours={Path(settings.helm).name}
+        )
         # Namespace patterns that are plain names can be listed and watched one by one.
         self._globbed = any(c in n for n in settings.namespaces for c in "*?[!")
         self.releases = ReleaseIndex(self.kube.api, [] if self._globbed else list(settings.namespaces))
+        self.checker = DriftChecker(
+            self.kube, self.reporter, dependents=self.dependents, releases=self.releases
+        )
         concurrency = Concurrency()
         day2 = None
         if settings.hooks:
@@ -162,9 +167,9 @@ class App:
     def _election_alive(self) -> str | None:
         return None if self.leadership is None or self.leadership.alive() else "election thread stopped"
 
-    def _dependent_changed(self, owner: str) -> None:
+    def _dependent_changed(self, owner: str, change: Change) -> None:
         """Called from a dependent watch's thread: hand the owner to the drift scheduler's loop."""
-        self.drift.poke_threadsafe(owner)
+        self.drift.poke_threadsafe(owner, change)
 
     def resolve_watches(self) -> list[Watch]:
         """Each watch with its plural and scope from API discovery; waits for missing CRDs, saying

@@ -42,7 +42,7 @@ from helm_operator.runtime.idle import Settled
 
 log = logging.getLogger(__name__)
 
-DELETION_POLL = 1.0  # seconds between checks for a deletion while a Helm action runs
+DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
 PROGRESS_GRACE = 1.0  # an action still running after this long is announced on the status
 CHART_RESTAT = 5.0  # seconds a local chart's files are not looked at again
 
@@ -167,6 +167,10 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         scopes = await asyncio.to_thread(rt.discovery.scopes)
         async with _progress_announced(rt, cr, p) as announced, _deletion_watch(rt, cr) as abort:
             outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
+        if rt.releases is not None:
+            rt.releases.forget(ident.namespace, ident.name)
+            if outcome.release is not None:
+                rt.releases.remember(outcome.release)
         conditions: tuple[Update, ...] = ()
         if hooks is not None and stage is not None and outcome.phase == "ready":
             after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
@@ -223,8 +227,8 @@ async def _decide(
     rt: Runtime, target: Target, attempts: Attempts, events: list[Event]
 ) -> tuple[StoredRelease | None, ReleaseState, Plan]:
     """Read Helm's storage and plan; a stale pending-* release is unlocked first, then re-planned."""
-    for _ in range(3):
-        release = await read(rt.kube, target.ident)
+    for attempt in range(3):
+        release = await read(rt.kube, target.ident, rt.releases if attempt == 0 else None)
         state = determine_state(release, target.digest, target.ident.owner)
         p = plan(
             state,
@@ -237,6 +241,8 @@ async def _decide(
         )
         if p.action is not Action.UNLOCK:
             break
+        if rt.releases is not None:
+            rt.releases.forget(target.ident.namespace, target.ident.name)
         await asyncio.to_thread(storage.unlock, rt.kube.core, target.ident.name, target.ident.namespace)
         events.append(("Warning", "Unlocked", f"release {target.ident.name}: {p.reason}; marked failed"))
     return release, state, p

@@ -22,6 +22,7 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import Helm
 from .operator import REPO, OperatorProcess, Resources, eventually, free_port, metrics
+from .test_observability import sample
 
 MSD = "microservicedeploys.custom.ops"
 TINY = "tinies.test.helm-operator.io"
@@ -174,6 +175,37 @@ def test_manual_changes_are_corrected_without_new_revisions(
     assert revision(helm4, name, ns) == "1"  # no helm upgrade for any of it
     drifted = dres.condition(MSD, name, "Drifted")
     assert drifted["status"] == "False"
+
+
+def test_helms_own_writes_are_not_compared_and_readiness_is_reported(
+    drift_operator: OperatorProcess, dres: Resources, helm4: Helm
+) -> None:
+    """An upgrade's writes (Helm's field manager) start no comparison of the release; the rollout
+    that follows is reported through readiness alone; a write by anyone else is compared."""
+    name = "ms-own"
+    port = drift_operator.metrics_port  # type: ignore[attr-defined]
+
+    def changes(change: str) -> float:
+        return sample(
+            metrics(port), "helm_operator_dependent_changes_total", change=change, kind="Deployment.apps/v1"
+        )
+
+    dres.apply(msd(name, autoscaling=False, replicas=1))
+    dres.wait_condition(MSD, name, "Ready")
+    applied, changed, readiness = changes("applied"), changes("changed"), changes("readiness")
+
+    dres.apply(msd(name, autoscaling=False, replicas=1, image="another image url"))  # a new Pod template
+    eventually(lambda: revision(helm4, name, dres.ns) == "2", what="revision 2")
+    dres.wait_condition(MSD, name, "Ready")  # after the rollout: a readiness check said so
+    assert changes("applied") > applied
+    assert changes("readiness") > readiness
+    assert changes("changed") == changed  # nothing but Helm and controllers wrote
+    assert dres.condition(MSD, name, "Drifted")["reason"] in ("NoDrift", "DriftCorrected")
+
+    dres.cluster.kubectl("scale", "deployment", name, "-n", dres.ns, "--replicas=4")
+    eventually(lambda: changes("changed") > changed, what="kubectl's change seen as one to compare")
+    eventually(lambda: dres.get("deployment", name)["spec"]["replicas"] == 1, what="replicas back to 1")
+    dres.wait_condition(MSD, name, "Ready")
 
 
 def test_hpa_managed_replicas_are_left_alone(

@@ -1,13 +1,27 @@
 from __future__ import annotations
 
-from helm_operator.drift.dependents import relist_changes, signature
+from typing import Any
+
+from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.drift.dependents import Seen, classify, relist_changes, seen, signature
+
+OURS = frozenset({"helm"})
+
+
+def _seen(spec: str, owner: str, ready: bool = True) -> Seen:
+    return Seen(spec, ready, owner, frozenset())
 
 
 def test_relist_reports_owners_of_changed_and_vanished_objects() -> None:
-    old = {("ns", "a"): ("s1", "o1"), ("ns", "b"): ("s2", "o2"), ("ns", "c"): ("s3", "o3")}
-    new = {("ns", "a"): ("s1", "o1"), ("ns", "b"): ("s2-changed", "o2"), ("ns", "d"): ("s4", "o4")}
+    old = {("ns", "a"): _seen("s1", "o1"), ("ns", "b"): _seen("s2", "o2"), ("ns", "c"): _seen("s3", "o3")}
+    new = {
+        ("ns", "a"): _seen("s1", "o1"),
+        ("ns", "b"): _seen("s2-changed", "o2"),
+        ("ns", "d"): _seen("s4", "o4"),
+    }
     assert relist_changes(old, new) == {"o2", "o3"}
     assert relist_changes({}, new) == set()  # the first listing reports nothing
+    assert relist_changes(old, {**old, ("ns", "a"): _seen("s1", "o1", ready=False)}) == {"o1"}
 
 
 def test_signature_ignores_status_and_bookkeeping() -> None:
@@ -22,3 +36,73 @@ def test_signature_ignores_status_and_bookkeeping() -> None:
     }
     assert signature(deploy) == signature({**deploy, "status": {"readyReplicas": 1}})
     assert signature(deploy) != signature({**deploy, "metadata": {**deploy["metadata"], "generation": 4}})
+    # The Deployment controller's own annotation is never a chart's, so never drift; a user's is.
+    rolled = {
+        **deploy,
+        "metadata": {**deploy["metadata"], "annotations": {"deployment.kubernetes.io/revision": "2"}},
+    }
+    assert signature(rolled) == signature(deploy)
+    noted = {**deploy, "metadata": {**deploy["metadata"], "annotations": {"team": "web"}}}
+    assert signature(noted) != signature(deploy)
+
+
+def _deployment(generation: int, available: int, writes: list[tuple[str, str, str]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "web",
+            "namespace": "ns",
+            "generation": generation,
+            "labels": {OWNER_LABEL: "o"},
+            "managedFields": [
+                {
+                    "manager": m,
+                    "operation": op,
+                    "time": t,
+                    **({"subresource": "status"} if m == "kcm" else {}),
+                }
+                for m, op, t in writes
+            ],
+        },
+        "spec": {"replicas": 1},
+        "status": {
+            "observedGeneration": generation,
+            "updatedReplicas": available,
+            "availableReplicas": available,
+        },
+    }
+
+
+def test_what_an_update_means_for_the_release() -> None:
+    installed = [("helm", "Apply", "10:00:00"), ("kcm", "Update", "10:00:01")]
+    before = seen(_deployment(1, 1, installed))
+    assert before.ready and before.owner == "o"
+    # A controller's status write that does not change readiness: nothing.
+    assert (
+        classify(before, seen(_deployment(1, 1, [installed[0], ("kcm", "Update", "10:00:09")])), OURS) == ()
+    )
+    # Only readiness changed (a Pod went away): report it, compare nothing.
+    assert classify(before, seen(_deployment(1, 0, [installed[0], ("kcm", "Update", "10:00:09")])), OURS) == (
+        "readiness",
+    )
+    # Helm upgraded it (its entry is newer): nothing to compare.
+    upgraded = seen(_deployment(2, 1, [("helm", "Apply", "10:05:00"), installed[1]]))
+    assert classify(before, upgraded, OURS) == ("applied",)
+    # Helm scaled it back (a correction) and that made it ready again: say both.
+    corrected = seen(_deployment(2, 1, [("helm", "Apply", "10:05:00"), installed[1]]))
+    assert classify(seen(_deployment(1, 0, installed)), corrected, OURS) == ("applied", "readiness")
+    # Someone scaled it: compare, even when Helm wrote in the same second.
+    scaled = [("helm", "Apply", "10:05:00"), installed[1], ("kubectl", "Update", "10:05:00")]
+    assert classify(before, seen(_deployment(2, 1, scaled)), OURS) == ("changed",)
+    # A spec change with no newer entry (a manager writing twice within a second): compare.
+    assert classify(before, seen(_deployment(2, 1, installed)), OURS) == ("changed",)
+    # Nothing seen before (a watch event for an object not in the cache): compare.
+    assert classify(None, before, OURS) == ("changed",)
+    # A Helm 3 whose executable has another name writes under that name.
+    assert classify(before, upgraded._replace(writes=frozenset({("helm3", "Update", "", "t")})), OURS) == (
+        "changed",
+    )
+    assert classify(
+        before, upgraded._replace(writes=frozenset({("helm3", "Update", "", "t")})), OURS | {"helm3"}
+    ) == ("applied",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -41,3 +42,38 @@ def test_a_change_of_an_object_makes_the_next_resync_read_again() -> None:
     scheduler = DriftScheduler(c, Concurrency())
     scheduler.poke("o")  # not tracked: no check runs, but what was clean is no longer known to be
     assert not c.quiet(WATCH, "o", {})
+
+
+class _Recording(DriftScheduler):
+    """The scheduler's decisions, with the check itself recorded instead of run."""
+
+    def __init__(self, checker: DriftChecker) -> None:
+        super().__init__(checker, Concurrency(), debounce=0.01)
+        self.checks: list[tuple[str, bool]] = []
+
+    async def _check(self, owner: str, full: bool = True) -> None:
+        self.checks.append((owner, full))
+
+
+def test_what_each_kind_of_change_runs() -> None:
+    async def scenario() -> tuple[_Recording, DriftChecker]:
+        c = checker({"now": True})
+        s = _Recording(c)
+        s.track(WATCH, "ns", "a")
+        owner = next(iter(s.owners))
+        c.clean.add(owner)
+        s.poke(owner, "applied")  # Helm's own write: nothing to compare now, the next resync reads
+        await asyncio.sleep(0.05)
+        assert s.checks == [] and owner not in c.clean
+        c.clean.add(owner)
+        s.poke(owner, "readiness")  # a workload became ready: report it; the comparison still holds
+        await asyncio.sleep(0.05)
+        assert s.checks == [(owner, False)] and owner in c.clean
+        s.poke(owner, "readiness")
+        s.poke(owner, "changed")  # within one debounce: one check, in full
+        await asyncio.sleep(0.05)
+        assert s.checks[1:] == [(owner, True)] and owner not in c.clean
+        return s, c
+
+    s, _ = asyncio.run(scenario())
+    assert not s._running and not s._due

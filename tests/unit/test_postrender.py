@@ -137,6 +137,21 @@ def test_the_client_helm_starts_hands_the_stream_to_the_server_in_the_operator(t
         assert ok.returncode == 0, ok.stderr
         [doc] = yaml.safe_load_all(ok.stdout)
         assert doc["metadata"]["labels"] == {OWNER_LABEL: "o"}
+        # Arguments reach the server byte for byte (spaces, quotes, non-ASCII).
+        scopes = tmp_path / "scopes é.json"
+        scopes.write_text(json.dumps({"/ConfigMap": True}))
+        ref = {"apiVersion": "x.io/v1", "kind": "Wéb", "name": "a b", "uid": 'u "1"'}
+        owned = run(
+            "--owner",
+            "o",
+            "--namespace",
+            "ns",
+            "--owner-ref=" + json.dumps(ref),
+            f"--scopes={scopes}",
+            data=yaml.safe_dump(cm("a", None)).encode(),
+        )
+        assert owned.returncode == 0, owned.stderr
+        assert yaml.safe_load(owned.stdout)["metadata"]["ownerReferences"] == [ref]
         bad = run("--namespace", "ns")
         assert bad.returncode == 2 and b"the following arguments are required: --owner" in bad.stderr
     finally:

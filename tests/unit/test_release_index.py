@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from helm_operator.adapters.release_index import ReleaseIndex
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from helm_operator.adapters.release_index import ReleaseIndex, _Scope
+from helm_operator.release.record import StoredRelease
 
 
-def secret(ns: str, release: str, revision: int, rv: str) -> dict[str, Any]:
+def secret(ns: str, release: str, revision: int, rv: str, status: str = "deployed") -> dict[str, Any]:
     name = f"sh.helm.release.v1.{release}.v{revision}"
-    labels = {"owner": "helm", "name": release, "version": str(revision)}
+    labels = {"owner": "helm", "name": release, "version": str(revision), "status": status}
     return {"metadata": {"namespace": ns, "name": name, "labels": labels, "resourceVersion": rv}}
 
 
@@ -57,3 +62,58 @@ def test_a_namespace_scope_knows_only_its_namespace() -> None:
     before = idx.fingerprint("a", "web")
     idx.listed("a", [secret("a", "web", 1, "10"), secret("a", "web", 2, "15")])  # relisted after a gap
     assert idx.fingerprint("a", "web") != before
+
+
+def test_a_remembered_record_serves_only_while_it_is_still_the_newest_revision() -> None:
+    idx = index()
+    v2 = StoredRelease(name="web", namespace="a", revision=2, status="deployed", digest="d2")
+    idx.remember(v2)  # printed by helm before the watch saw the revision
+    assert idx.record("a", "web") is None  # nothing listed yet: unknown
+    idx.listed(None, [secret("a", "web", 1, "10")])
+    idx.remember(v2)
+    assert idx.record("a", "web") is None  # the index has not seen revision 2 yet: read
+    idx.changed("ADDED", secret("a", "web", 2, "12", "pending-upgrade"))
+    assert idx.record("a", "web") is None  # not yet deployed as far as the storage says
+    idx.changed("MODIFIED", secret("a", "web", 2, "13"))
+    assert idx.record("a", "web") is v2
+    idx.changed("MODIFIED", secret("a", "web", 1, "14", "superseded"))  # an older one: still v2
+    assert idx.record("a", "web") is v2
+    idx.changed("MODIFIED", secret("a", "web", 2, "15"))  # rewritten since (same labels): read
+    assert idx.record("a", "web") is None
+    idx.remember(v2)
+    assert idx.record("a", "web") is v2
+    idx.changed("ADDED", secret("a", "web", 3, "16", "pending-rollback"))  # helm rollback by hand
+    assert idx.record("a", "web") is None
+    idx.remember(StoredRelease(name="web", namespace="a", revision=3, status="pending-rollback"))
+    idx.forget("a", "web")  # about to unlock it
+    assert idx.record("a", "web") is None
+
+
+def test_an_uninstalled_release_forgets_its_record() -> None:
+    idx = index()
+    idx.listed(None, [secret("a", "web", 1, "10")])
+    old_life = StoredRelease(name="web", namespace="a", revision=1, status="deployed", owner="uid-1")
+    idx.remember(old_life)
+    assert idx.record("a", "web") is old_life
+    idx.changed("DELETED", secret("a", "web", 1, "10"))
+    idx.changed("ADDED", secret("a", "web", 1, "20"))  # installed again, by another resource
+    assert idx.record("a", "web") is None
+    idx.remember(old_life)
+    idx.lost(None)
+    assert idx.record("a", "web") is None  # the watch broke: nothing is known
+    idx.listed(None, [secret("a", "web", 1, "20")])
+    assert idx.record("a", "web") is None  # a relist forgets what was remembered before the gap
+
+
+def test_a_refused_listing_is_said_once_and_leaves_nothing_known(caplog: pytest.LogCaptureFixture) -> None:
+    idx = index()
+    idx.listed(None, [secret("a", "web", 1, "10")])
+    scope = _Scope(api=None, namespace=None, index=idx)  # type: ignore[arg-type]
+    idx.stopped.set()  # no real waiting between attempts
+    refused = ApiException(status=403, reason="Forbidden")
+    with caplog.at_level(logging.WARNING):
+        scope._forbidden(refused)
+        scope._forbidden(refused)
+    said = [r.getMessage() for r in caplog.records if "cannot list Helm's release Secrets" in r.getMessage()]
+    assert len(said) == 1 and "cluster-wide" in said[0] and "grant list and watch on secrets" in said[0]
+    assert idx.fingerprint("a", "web") is None  # resyncs read the storage meanwhile
