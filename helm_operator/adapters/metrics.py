@@ -76,6 +76,12 @@ DEPENDENT_CHANGES = Counter(
     "with the release), readiness (a workload became ready or unready), applied (Helm's own write)",
     ["kind", "change"],
 )
+WATCH_CHECKS = Counter(
+    "helm_operator_watch_checks_total",
+    "Checks the dependent watches started: the objects compared with the release (objects), or "
+    "only the workloads' readiness read (readiness)",
+    ["watch", "read"],
+)
 LEADER = Gauge(
     "helm_operator_leader", "1 while this replica holds the leader lease (or runs without election)"
 )

@@ -160,7 +160,7 @@ class _Handler(socketserver.StreamRequestHandler):
             code, out, err = render(argv, self.rfile.read())
         except Exception as exc:  # a bug must fail the render with a reason, never hang helm
             code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
-        stderr = err.encode()
+        stderr = err.encode("utf-8", "backslashreplace")
         self.wfile.write(b"%d %d\n" % (code, len(stderr)) + stderr + out)
 
 
@@ -208,7 +208,10 @@ chunks = []
 while chunk := s.recv(1 << 16):
     chunks.append(chunk)
 head, _, rest = b"".join(chunks).partition(b"\\n")
-code, size = (int(x) for x in head.split())
+try:
+    code, size = (int(x) for x in head.split())
+except ValueError:
+    sys.exit("helm-operator: the operator's post-renderer gave no answer (is it shutting down?)")
 sys.stderr.buffer.write(rest[:size])
 sys.stdout.buffer.write(rest[size:])
 sys.exit(code)

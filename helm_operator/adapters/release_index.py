@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -34,7 +35,8 @@ log = logging.getLogger(__name__)
 SELECTOR = f"owner=helm,{OWNER_LABEL}"  # Helm's storage Secrets of releases this operator made
 _LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 _ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
-WATCH_SECONDS = 300
+WATCH_SECONDS = 60  # each watch call ends after this; its read timeout is 30 s more
+RECORD_TTL = 600.0  # seconds a remembered record serves before the storage is read again
 RETRY_BASE, RETRY_CAP = 1.0, 15.0
 FORBIDDEN_RETRY = 300.0  # seconds between attempts while RBAC refuses the listing
 
@@ -109,9 +111,7 @@ class _Scope:
         listing = json.loads(resp.data)
         rv = listing["metadata"]["resourceVersion"]
         self.index.listed(self.namespace, listing.get("items") or [])
-        if self.forbidden:
-            log.info("listing Helm's release Secrets is allowed now: resyncs decide from memory again")
-        self.failures, self.forbidden = 0, False
+        self.failures = 0
         while not self.index.stopped.is_set():
             resp = self._request(
                 _ONE,
@@ -121,6 +121,9 @@ class _Scope:
                 allow_watch_bookmarks=True,
                 timeout_seconds=WATCH_SECONDS,
             )
+            if self.forbidden:  # listed and watching: allowed now
+                log.info("listing Helm's release Secrets is allowed now: resyncs decide from memory again")
+                self.forbidden = False
             try:
                 for line in iter_resp_lines(resp):
                     event = json.loads(line)
@@ -144,9 +147,9 @@ class ReleaseIndex:
         self.stopped = threading.Event()
         self._lock = threading.Lock()
         self._revisions: defaultdict[Release, dict[str, Stored]] = defaultdict(dict)
-        # The last record of each release, and the resourceVersion of the Secret it was found to
-        # match (None: not yet seen in the watch, e.g. just printed by helm).
-        self._records: dict[Release, tuple[StoredRelease, str | None]] = {}
+        # The last record of each release, the resourceVersion of the Secret it describes (None:
+        # not yet seen in the watch, e.g. just printed by helm), and when it was remembered.
+        self._records: dict[Release, tuple[StoredRelease, str | None, float]] = {}
         self._live: set[str | None] = set()  # scopes listed and connected since (None: all namespaces)
         self._scopes = [_Scope(api, ns, self) for ns in namespaces] or [_Scope(api, None, self)]
 
@@ -165,10 +168,14 @@ class ReleaseIndex:
             secrets = sorted((k, v[0]) for k, v in self._revisions.get((namespace, release), {}).items())
         return hashlib.sha256(json.dumps(secrets).encode()).hexdigest()[:16]
 
-    def remember(self, record: StoredRelease) -> None:
-        """The release's latest revision as just read from the storage or printed by helm."""
+    def remember(self, record: StoredRelease, resource_version: str | None = None) -> None:
+        """The release's latest revision as just read from the storage (with its Secret's
+        ``resource_version``) or printed by helm (None: bound to the first matching Secret the
+        watch shows). Only for releases of this operator in the namespaces it watches."""
+        if record.owner is None or not self._known(record.namespace):
+            return
         with self._lock:
-            self._records[(record.namespace, record.name)] = (record, None)
+            self._records[(record.namespace, record.name)] = (record, resource_version, time.monotonic())
 
     def forget(self, namespace: str, release: str) -> None:
         """Drop what ``remember`` kept (the caller is about to change the storage itself)."""
@@ -186,10 +193,13 @@ class ReleaseIndex:
             if kept is None or not stored:
                 return None
             rv, revision, status = max(stored.values(), key=lambda s: s[1])
-            record, bound = kept
+            record, bound, since = kept
             if (revision, status) != (record.revision, record.status) or bound not in (None, rv):
                 return None
-            self._records[key] = (record, rv)
+            if time.monotonic() - since > RECORD_TTL:  # the storage is read now and then anyway
+                del self._records[key]
+                return None
+            self._records[key] = (record, rv, since)
             return record
 
     def _known(self, namespace: str) -> bool:

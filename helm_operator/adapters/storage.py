@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from helm_operator.adapters.release_index import ReleaseIndex
-from helm_operator.release.record import UNLOCKED_PREFIX, StoredRelease, from_body
+from helm_operator.release.record import PENDING_STATUSES, UNLOCKED_PREFIX, StoredRelease, from_body
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
@@ -71,7 +71,7 @@ def latest_release(
         return None
     release = _stored(name, namespace, secrets[-1], secrets)
     if index is not None:
-        index.remember(release)
+        index.remember(release, getattr(secrets[-1].metadata, "resource_version", None))
     return release
 
 
@@ -109,6 +109,8 @@ def unlock(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | 
     if not secrets:
         return None
     latest = secrets[-1]
+    if (latest.metadata.labels or {}).get("status") not in PENDING_STATUSES:
+        return _stored(name, namespace, latest, secrets)  # finished meanwhile: nothing to unlock
     body = decode_release(latest.data["release"])
     previous = (body.get("info") or {}).get("status", "")
     body.setdefault("info", {})["status"] = "failed"

@@ -10,6 +10,9 @@ _VALID_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 OWNER_LABEL = "helm-operator.io/owner"  # on every object a release renders; dependent watches select on it
 DIGEST_LABEL = "helm-operator.io/digest"  # on Helm's release record: the desired digest it was made for
+# On Helm's release record: the revision the operator expected to write. Helm copies a release's
+# labels into the next revision, so a revision made by hand (``helm upgrade``) carries an older one.
+REVISION_LABEL = "helm-operator.io/revision"
 FINALIZER = "helm-operator.io/uninstall"
 DRIFT_ANNOTATION = "helm-operator.io/drift"  # "warn": report only; "disabled": no checks
 # Helm's own field manager (helm 4 applies server-side as "helm", helm 3 updates as "helm"): drift

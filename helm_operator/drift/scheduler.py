@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.metrics import WATCH_CHECKS
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
@@ -245,6 +246,7 @@ class DriftScheduler:
             self.checker.seed_paused(ident.owner, (body.get("status") or {}).get("day2"))
             annotations = body["metadata"].get("annotations") or {}
             announce = self.checker.announcer(watch, ref, current, generation)
+            WATCH_CHECKS.labels(watch=watch.key, read="objects" if full else "readiness").inc()
             if full:
                 report = await self.checker.check(watch, ident, annotations, announce)
             else:

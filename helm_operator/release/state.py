@@ -55,7 +55,8 @@ def determine_state(release: StoredRelease | None, desired_digest: str, owner: s
     if release.status in PENDING_STATUSES:
         return ReleaseState.LOCKED
     if release.status == "deployed":
-        return ReleaseState.IN_SYNC if release.digest == desired_digest else ReleaseState.OUT_OF_SYNC
+        in_sync = release.digest == desired_digest and not release.by_hand
+        return ReleaseState.IN_SYNC if in_sync else ReleaseState.OUT_OF_SYNC
     return ReleaseState.FAILED
 
 

@@ -8,6 +8,7 @@ where the action says so (a failed install is cleaned up, a failed upgrade rolle
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmAborted, HelmError
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.release_index import ReleaseIndex
+from helm_operator.core.naming import REVISION_LABEL
 from helm_operator.release.identity import ReleaseId
 from helm_operator.release.outcome import Outcome, Remediation
 from helm_operator.release.record import StoredRelease, from_body
@@ -41,12 +43,15 @@ async def read(kube: Kube, ident: ReleaseId, index: ReleaseIndex | None = None) 
 
 async def _apply(ctx: ActionContext) -> StoredRelease | None:
     t, w = ctx.target, ctx.target.watch
+    # The revision Helm is expected to write; if Helm numbers it otherwise (an install over a
+    # history kept by `helm uninstall --keep-history`), the stamp is higher, never lower.
+    labels = {**t.labels, REVISION_LABEL: str((ctx.before.revision if ctx.before else 0) + 1)}
     out = await ctx.helm.install_or_upgrade(
         t.ident.name,
         t.ident.namespace,
         t.chart,
         t.values,
-        labels=t.labels,
+        labels=labels,
         timeout=w.timeout,
         wait=w.wait,
         history_max=w.history_max,
@@ -56,10 +61,10 @@ async def _apply(ctx: ActionContext) -> StoredRelease | None:
         abort=ctx.abort,
         server_side=ctx.before is None or ctx.before.apply_method == "ssa",
     )
-    return _printed(out, ctx) or await read(ctx.kube, t.ident)
+    return _printed(out, ctx, labels) or await read(ctx.kube, t.ident)
 
 
-def _printed(out: Mapping[str, Any], ctx: ActionContext) -> StoredRelease | None:
+def _printed(out: Mapping[str, Any], ctx: ActionContext, labels: Mapping[str, str]) -> StoredRelease | None:
     """The new revision's record from what helm printed (the labels are the ones it was given),
     sparing a read of the storage; None where helm printed no release."""
     t = ctx.target
@@ -73,7 +78,7 @@ def _printed(out: Mapping[str, Any], ctx: ActionContext) -> StoredRelease | None
         namespace=t.ident.namespace,
         revision=int(out["version"]),
         status=status,
-        labels=t.labels,
+        labels=labels,
         ever_deployed=status == "deployed" or bool(ctx.before and ctx.before.ever_deployed),
     )
 
@@ -187,7 +192,7 @@ async def reinstall(ctx: ActionContext) -> Outcome:
         await ctx.helm.uninstall(t.ident.name, t.ident.namespace, timeout=t.watch.timeout, wait=True)
     except HelmError as exc:
         return Outcome("failed", "UninstallFailed", exc.message, action="uninstall", digest=t.digest)
-    return await install(ctx)
+    return await install(dataclasses.replace(ctx, before=None))  # its history is gone with it
 
 
 ACTIONS: dict[Action, Callable[[ActionContext], Awaitable[Outcome]]] = {

@@ -386,6 +386,8 @@ async def finalize(
                 raise UninstallBlocked(verdict, events)
         if release.status in PENDING_STATUSES:  # its writer was stopped or killed: free it first
             await asyncio.to_thread(storage.unlock, rt.kube.core, ident.name, ident.namespace)
+        if rt.releases is not None:
+            rt.releases.forget(ident.namespace, ident.name)
         try:
             await rt.helm.uninstall(ident.name, ident.namespace, timeout=watch.timeout, wait=True)
         except HelmError as exc:

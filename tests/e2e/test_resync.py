@@ -77,5 +77,14 @@ def test_idle_resyncs_read_nothing_until_helm_storage_changes_by_hand(
         history = json.loads(helm("history", "idle", "-n", ns, "-o", "json").stdout)
         assert [h["revision"] for h in history][-2:] == [3, 4]
         assert history[-1]["status"] == "deployed"
+
+        # Someone upgrades it by hand: Helm copies the operator's labels (its digest too) into the
+        # new revision; the revision stamp tells it apart, and a resync re-asserts the resource.
+        chart = str(TINY_WATCH["chart"])
+        helm("upgrade", "idle", chart, "-n", ns, "--reuse-values", "--set", "message=by-hand")
+        eventually(lambda: revision() == 6 and message() == "two", timeout=60, what="re-asserted again")
+        history = json.loads(helm("history", "idle", "-n", ns, "-o", "json").stdout)
+        assert [h["revision"] for h in history][-2:] == [5, 6]
+        assert history[-1]["status"] == "deployed"
     finally:
         op.stop()

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from helm_operator.core.naming import OWNER_LABEL
-from helm_operator.drift.dependents import Seen, classify, relist_changes, seen, signature
+from helm_operator.drift.dependents import KindWatch, Seen, classify, relist_changes, seen, signature
 
 OURS = frozenset({"helm"})
 
@@ -106,3 +106,21 @@ def test_what_an_update_means_for_the_release() -> None:
     assert classify(
         before, upgraded._replace(writes=frozenset({("helm3", "Update", "", "t")})), OURS | {"helm3"}
     ) == ("applied",)
+
+
+def test_what_the_watch_reports_for_each_event() -> None:
+    said: list[tuple[str, str]] = []
+    w = KindWatch(kube=None, kind=("apps/v1", "Deployment"), notify=lambda o, c: said.append((o, c)))  # type: ignore[arg-type]
+    installed = [("helm", "Apply", "10:00:00")]
+    w._handle("ADDED", _deployment(1, 1, installed))
+    assert said == []  # created by Helm (or a correction): nothing drifted
+    w._handle("MODIFIED", _deployment(2, 1, [("helm", "Apply", "10:05:00")]))
+    w._handle("MODIFIED", _deployment(2, 0, [("helm", "Apply", "10:05:00"), ("kcm", "Update", "10:05:01")]))
+    w._handle(
+        "MODIFIED", _deployment(3, 0, [("helm", "Apply", "10:05:00"), ("kubectl", "Update", "10:06:00")])
+    )
+    assert said == [("o", "applied"), ("o", "readiness"), ("o", "changed")]
+    unlabelled = _deployment(3, 0, [])
+    unlabelled["metadata"]["labels"] = {}  # someone removed the owner label: the watch sees it go
+    w._handle("DELETED", unlabelled)
+    assert said[-1] == ("o", "changed") and not w.cache

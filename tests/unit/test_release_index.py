@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from helm_operator.adapters import release_index
 from helm_operator.adapters.release_index import ReleaseIndex, _Scope
 from helm_operator.release.record import StoredRelease
 
@@ -66,9 +68,9 @@ def test_a_namespace_scope_knows_only_its_namespace() -> None:
 
 def test_a_remembered_record_serves_only_while_it_is_still_the_newest_revision() -> None:
     idx = index()
-    v2 = StoredRelease(name="web", namespace="a", revision=2, status="deployed", digest="d2")
+    v2 = StoredRelease(name="web", namespace="a", revision=2, status="deployed", owner="o", digest="d2")
     idx.remember(v2)  # printed by helm before the watch saw the revision
-    assert idx.record("a", "web") is None  # nothing listed yet: unknown
+    assert idx.record("a", "web") is None  # nothing listed yet: unknown (and not kept)
     idx.listed(None, [secret("a", "web", 1, "10")])
     idx.remember(v2)
     assert idx.record("a", "web") is None  # the index has not seen revision 2 yet: read
@@ -80,24 +82,47 @@ def test_a_remembered_record_serves_only_while_it_is_still_the_newest_revision()
     assert idx.record("a", "web") is v2
     idx.changed("MODIFIED", secret("a", "web", 2, "15"))  # rewritten since (same labels): read
     assert idx.record("a", "web") is None
-    idx.remember(v2)
+    idx.remember(v2, "15")  # read from the storage: bound to the Secret it was read from
     assert idx.record("a", "web") is v2
+    idx.remember(v2, "14")  # a read older than what the watch shows
+    assert idx.record("a", "web") is None
     idx.changed("ADDED", secret("a", "web", 3, "16", "pending-rollback"))  # helm rollback by hand
     assert idx.record("a", "web") is None
-    idx.remember(StoredRelease(name="web", namespace="a", revision=3, status="pending-rollback"))
+    idx.remember(StoredRelease(name="web", namespace="a", revision=3, status="pending-rollback", owner="o"))
     idx.forget("a", "web")  # about to unlock it
     assert idx.record("a", "web") is None
+
+
+def test_records_are_kept_only_for_our_releases_in_watched_namespaces_and_not_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    idx = index("a")
+    idx.listed("a", [secret("a", "web", 1, "10")])
+    foreign = StoredRelease(name="web", namespace="a", revision=1, status="deployed", owner=None)
+    idx.remember(foreign, "10")  # a release this operator did not make
+    assert idx.record("a", "web") is None
+    elsewhere = StoredRelease(name="web", namespace="b", revision=1, status="deployed", owner="o")
+    idx.remember(elsewhere, "10")  # a namespace the index does not watch: never known, never kept
+    assert idx.record("b", "web") is None and len(idx._records) == 0
+    ours = StoredRelease(name="web", namespace="a", revision=1, status="deployed", owner="o")
+    idx.remember(ours, "10")
+    assert idx.record("a", "web") is ours
+    later = time.monotonic() + release_index.RECORD_TTL + 1
+    monkeypatch.setattr(release_index.time, "monotonic", lambda: later)
+    assert idx.record("a", "web") is None  # every so often the storage is read all the same
 
 
 def test_an_uninstalled_release_forgets_its_record() -> None:
     idx = index()
     idx.listed(None, [secret("a", "web", 1, "10")])
-    old_life = StoredRelease(name="web", namespace="a", revision=1, status="deployed", owner="uid-1")
-    idx.remember(old_life)
+    old_life = StoredRelease(name="web", namespace="a", revision=1, status="deployed", owner="o")
+    idx.remember(old_life, "10")
     assert idx.record("a", "web") is old_life
     idx.changed("DELETED", secret("a", "web", 1, "10"))
     idx.changed("ADDED", secret("a", "web", 1, "20"))  # installed again, by another resource
     assert idx.record("a", "web") is None
+    idx.remember(old_life, "10")  # a read from before the uninstall, remembered late
+    assert idx.record("a", "web") is None  # bound to the old Secret: not the new life's
     idx.remember(old_life)
     idx.lost(None)
     assert idx.record("a", "web") is None  # the watch broke: nothing is known

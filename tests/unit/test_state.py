@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from helm_operator.core.naming import owner_id, release_name
+from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, REVISION_LABEL, owner_id, release_name
 from helm_operator.release.attempts import Attempts
-from helm_operator.release.record import StoredRelease
+from helm_operator.release.record import StoredRelease, from_body
 from helm_operator.release.state import Action, ReleaseState, RetryPolicy, determine_state, plan
 
 OWNER = "o1"
@@ -41,6 +41,37 @@ def rel(
 )
 def test_determine_state(release: StoredRelease | None, expected: ReleaseState) -> None:
     assert determine_state(release, DIGEST, OWNER) is expected
+
+
+def test_a_revision_made_by_hand_is_out_of_sync_even_with_the_operators_labels() -> None:
+    """``helm upgrade`` by hand copies the operator's labels (digest included) into its revision."""
+    body: dict[str, object] = {"info": {"status": "deployed", "description": "Upgrade complete"}}
+    labels = {OWNER_LABEL: OWNER, DIGEST_LABEL: DIGEST, REVISION_LABEL: "2"}
+
+    def stored(revision: int, **info: str) -> StoredRelease:
+        doc = {"info": {**body["info"], **info}}  # type: ignore[dict-item]
+        return from_body(
+            doc,
+            name="r",
+            namespace="ns",
+            revision=revision,
+            status="deployed",
+            labels=labels,
+            ever_deployed=True,
+        )
+
+    assert determine_state(stored(2), DIGEST, OWNER) is ReleaseState.IN_SYNC  # the operator's own
+    assert determine_state(stored(3), DIGEST, OWNER) is ReleaseState.OUT_OF_SYNC  # made by hand
+    # A rollback copies the target's labels too; whether it is wanted is the digest's to say.
+    assert determine_state(stored(3, description="Rollback to 2"), DIGEST, OWNER) is ReleaseState.IN_SYNC
+    # Stamped higher than Helm numbered it (an install over a kept history): still the operator's.
+    assert determine_state(stored(1), DIGEST, OWNER) is ReleaseState.IN_SYNC
+    # Releases from before the stamp existed carry none.
+    unstamped = {k: v for k, v in labels.items() if k != REVISION_LABEL}
+    old = from_body(
+        body, name="r", namespace="ns", revision=7, status="deployed", labels=unstamped, ever_deployed=True
+    )
+    assert determine_state(old, DIGEST, OWNER) is ReleaseState.IN_SYNC
 
 
 def test_every_state_is_covered_by_the_table() -> None:
