@@ -77,6 +77,11 @@ def parser() -> argparse.ArgumentParser:
         "--drift-timeout", type=float, help="seconds before a change counts as not corrected (60; quick 20)"
     )
     p.add_argument(
+        "--drift-budget",
+        type=float,
+        help="seconds of drift changes per operator and N; then no more are made (600; quick 120)",
+    )
+    p.add_argument(
         "--timeout", type=float, help="seconds a wave may take before the run fails (default 300 + 3 s x N)"
     )
     p.add_argument(
@@ -140,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         converge_timeout=args.timeout or 300 + 3 * max(ns),
         drift_changes=args.drift_changes if args.drift_changes is not None else (10 if quick else 100),
         drift_timeout=args.drift_timeout or (20 if quick else 60),
+        drift_budget=args.drift_budget or (120 if quick else 600),
         idle_seconds=args.idle or (30 if quick else 300),
         sample_every=5,
         settle_seconds=5 if quick else 30,

@@ -332,7 +332,8 @@ def _missed(missed: int, drift: dict[str, Any], kind: str | None) -> str:
     text = f"{missed} not corrected within {drift['timeout_s']:g} s" if missed else "0"
     skipped = drift.get("skipped") or 0
     if kind is None and skipped:
-        text += f"; {skipped} more not made (given up after {drift.get('give_up')} in a row)"
+        why = drift.get("stopped") or f"given up after {drift.get('give_up')} in a row"
+        text += f"; {skipped} more not made ({why})"
     return text
 
 

@@ -41,6 +41,7 @@ class Settings:
     settle_seconds: float
     quiesce_max: float
     drift_give_up: int = 10  # consecutive uncorrected changes after which the rest are not made
+    drift_budget: float = 600.0  # seconds after which no further change is made (a slow corrector)
 
 
 @dataclass
@@ -204,10 +205,15 @@ def drift(t: Target) -> dict[str, Any]:
     """Manual changes one at a time, round-robin over the kinds and spread over the releases."""
     changes: list[dict[str, Any]] = []
     stride = 7 if t.n % 7 else 1  # visits every release before repeating one
-    missed = 0
+    missed, deadline = 0, time.monotonic() + t.settings.drift_budget
+    stopped = ""
     for i in range(t.settings.drift_changes):
         if missed >= t.settings.drift_give_up:
-            break  # a contender that corrects nothing would take changes x timeout
+            stopped = f"given up after {missed} in a row"  # would take changes x timeout
+            break
+        if time.monotonic() > deadline:
+            stopped = f"the {t.settings.drift_budget:g} s budget was spent"  # one that waits for a resync
+            break
         kind = workload.DRIFT_KINDS[i % len(workload.DRIFT_KINDS)]
         name = t.names[(i * stride) % t.n]
         t.alive()
@@ -217,7 +223,13 @@ def drift(t: Target) -> dict[str, Any]:
         time.sleep(0.2)  # changes must not overlap
     skipped = t.settings.drift_changes - len(changes)
     give_up = t.settings.drift_give_up
-    return {"timeout_s": t.settings.drift_timeout, "changes": changes, "skipped": skipped, "give_up": give_up}
+    return {
+        "timeout_s": t.settings.drift_timeout,
+        "changes": changes,
+        "skipped": skipped,
+        "give_up": give_up,
+        "stopped": stopped,
+    }
 
 
 # -- idle, footprint, restart -----------------------------------------------------------------

@@ -304,7 +304,19 @@ def results() -> dict[str, Any]:
             run("ours", 1000, 1, 13.0, 12.0),
             run("helm", 1000, 0, 10.0, 11.0),
             run("helm", 1000, 1, 10.0, 11.0),
-            run("sdk", 1000, 0, 30.0, 40.0, drift={**drift, "changes": drift["changes"][:3]}),
+            run(
+                "sdk",
+                1000,
+                0,
+                30.0,
+                40.0,
+                drift={
+                    **drift,
+                    "changes": drift["changes"][:3],
+                    "skipped": 7,
+                    "stopped": "the 600 s budget was spent",
+                },
+            ),
             run("sdk", 1000, 1, 32.0, 44.0),
         ],
     }
@@ -387,6 +399,7 @@ def test_render_is_deterministic_and_complete() -> None:
     assert "| 1000 | ours | 12.00 (n=2) | 1.20x | 0.39x |" in text
     assert "| 1000 | helm (floor) | all | n/a (no drift correction) |" in text
     assert "1 not corrected within 60 s" in text
+    assert "7 more not made (the 600 s budget was spent)" in text
     assert "![CPU while idle](plots/idle-cpu.png)" in text
     assert "| CPU model | Test CPU |" in text
     assert "`upgrade` 4" in text
