@@ -492,6 +492,8 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
         "",
         *_footprint_restart_table(results),
     ]
+    if results.get("analysis"):
+        lines += ["", "## Why targets were missed", "", str(results["analysis"]).strip()]
     if results.get("profile"):
         lines += ["", *profile.render(results["profile"])]
     if plots:

@@ -176,7 +176,9 @@ class KindWatch:
         res = self.kube.resource(*self.kind)
         listing = res.get(label_selector=SELECTOR)
         self._recovered()
-        self._listed([item.to_dict() for item in listing.items])
+        # List items carry no kind; readiness is judged by it.
+        typed = {"apiVersion": self.kind[0], "kind": self.kind[1]}
+        self._listed([{**item.to_dict(), **typed} for item in listing.items])
         rv = listing.metadata.resourceVersion
         w = k8s_watch.Watch()
         while not self.stopped.is_set():

@@ -43,7 +43,7 @@ from helm_operator.runtime.idle import Settled
 log = logging.getLogger(__name__)
 
 DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
-PROGRESS_GRACE = 1.0  # an action still running after this long is announced on the status
+PROGRESS_GRACE = 3.0  # an action still running after this long is announced on the status
 CHART_RESTAT = 5.0  # seconds a local chart's files are not looked at again
 
 
