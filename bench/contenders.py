@@ -133,6 +133,10 @@ class Contender:
         """How many custom resources report success for ``wave`` (the floor has none)."""
         return len(names)
 
+    def ready(self, names: list[str], wave: int) -> int | None:
+        """How many custom resources also say their workloads are ready (None: no such status)."""
+        return None
+
     def pid(self) -> int | None:
         return None
 
@@ -422,6 +426,9 @@ class Ours(OperatorContender):
 
     def reported(self, names: list[str], wave: int) -> int:
         return sum(1 for cr in self.list_crs() if workload.ours_reports_success(cr))
+
+    def ready(self, names: list[str], wave: int) -> int | None:
+        return sum(1 for cr in self.list_crs() if workload.ours_reports_ready(cr))
 
     def helm_log(self) -> list[str] | None:
         return [line for line in self.calls_log.read_text().splitlines() if line.strip()]

@@ -86,8 +86,9 @@ def wave(t: Target, wave_no: int) -> dict[str, Any]:
     deadline = t0 + t.settings.converge_timeout
     timeline: list[list[float]] = []
     parallel: list[int] = []  # helm processes running at each poll, until all are deployed
-    deployed_s = reported_s = None
+    deployed_s = reported_s = ready_s = None
     cpu1, log1 = None, None
+    ready = c.ready(t.names, wave_no) is not None  # also wait for (and time) Ready
     while True:
         now = time.monotonic()
         if now > deadline:
@@ -107,9 +108,16 @@ def wave(t: Target, wave_no: int) -> dict[str, Any]:
             timeline.append([round(now - t0, 3), done])
             if done == t.n and submission.done():
                 deployed_s = now - t0
-        if deployed_s is not None and c.operator and c.reported(t.names, wave_no) == t.n:
+        if (
+            deployed_s is not None
+            and reported_s is None
+            and c.operator
+            and c.reported(t.names, wave_no) == t.n
+        ):
             reported_s = time.monotonic() - t0
-        if deployed_s is not None and (reported_s is not None or not c.operator):
+        if reported_s is not None and ready and c.ready(t.names, wave_no) == t.n:
+            ready_s = time.monotonic() - t0
+        if deployed_s is not None and (not c.operator or (reported_s is not None and (ready_s or not ready))):
             cpu1, log1 = c.cpu_seconds(), c.helm_log()
             break
         time.sleep(poll_interval(t.n))
@@ -125,6 +133,7 @@ def wave(t: Target, wave_no: int) -> dict[str, Any]:
         "seconds": reported_s if reported_s is not None else deployed_s,
         "deployed_s": deployed_s,
         "reported_s": reported_s,
+        "ready_s": ready_s,
         "submitted_s": (submission.finished_at or t0) - t0,
         "cpu_s": _delta(cpu1, cpu0),
         "helm_calls": calls,

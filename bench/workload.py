@@ -121,11 +121,24 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
     return {}
 
 
+def _current(obj: dict[str, Any], ctype: str) -> bool:
+    c = condition(obj, ctype)
+    return c.get("status") == "True" and c.get("observedGeneration") == (obj.get("metadata") or {}).get(
+        "generation"
+    )
+
+
 def ours_reports_success(obj: dict[str, Any]) -> bool:
-    """Ours: Ready=True for the CR's current generation (kstatus)."""
-    ready = condition(obj, "Ready")
-    generation = (obj.get("metadata") or {}).get("generation")
-    return ready.get("status") == "True" and ready.get("observedGeneration") == generation
+    """Ours: Released=True for the CR's current generation: Helm deployed this spec, what the SDK's
+    Deployed=True says."""
+    return _current(obj, "Released")
+
+
+def ours_reports_ready(obj: dict[str, Any]) -> bool:
+    """Ours: Ready=True for the current generation (kstatus): also every workload ready, which
+    takes the cluster's controllers (and KWOK) a while after Helm is done; the SDK has no such
+    condition."""
+    return _current(obj, "Ready")
 
 
 def sdk_reports_success(obj: dict[str, Any], wave: int) -> bool:

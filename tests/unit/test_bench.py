@@ -198,13 +198,15 @@ def test_release_records_and_what_is_deployed() -> None:
 
 
 def test_success_as_each_operator_reports_it() -> None:
-    ours: dict[str, Any] = {
-        "metadata": {"generation": 2},
-        "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1}]},
-    }
-    assert not workload.ours_reports_success(ours)  # Ready, but for the previous spec
-    ours["status"]["conditions"][0]["observedGeneration"] = 2
-    assert workload.ours_reports_success(ours)
+    released = {"type": "Released", "status": "True", "observedGeneration": 1}
+    ready = {"type": "Ready", "status": "False", "reason": "WorkloadsNotReady", "observedGeneration": 2}
+    ours: dict[str, Any] = {"metadata": {"generation": 2}, "status": {"conditions": [released, ready]}}
+    assert not workload.ours_reports_success(ours)  # released, but for the previous spec
+    released["observedGeneration"] = 2
+    assert workload.ours_reports_success(ours)  # what the SDK's Deployed=True says
+    assert not workload.ours_reports_ready(ours)  # its Pods are still rolling out
+    ready["status"] = "True"
+    assert workload.ours_reports_ready(ours)
     sdk = {
         "status": {
             "conditions": [{"type": "Deployed", "status": "True", "reason": "UpgradeSuccessful"}],
