@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from bench import profile
 from bench.stats import growth, median, percentile, rate_per_minute, ratio
@@ -110,6 +110,15 @@ class Verdict:
     margin: str
 
 
+def _action_processes(wave: dict[str, Any], n: int) -> float | None:
+    """``helm install``/``upgrade`` processes per release in a wave; a ``helm version`` the
+    operator runs once per process (at its first action) is not per release."""
+    calls = wave.get("helm_subcommands")
+    if calls is None:
+        return cast(float | None, wave.get("helm_calls_per_release"))
+    return (int(calls.get("upgrade", 0)) + int(calls.get("install", 0))) / n
+
+
 def _check(
     target: str,
     value: float | None,
@@ -167,12 +176,11 @@ def targets(results: dict[str, Any]) -> list[Verdict]:
         out.append(_check(f"{label} faster than the SDK at every N", v, 1.0, times, strict=True, where=where))
     for scenario, what in (("convergence", "install"), ("update", "upgrade")):
         per = [
-            (n, (r.get(scenario) or {}).get("helm_calls_per_release"))
-            for n in ns
-            for r in runs_for(results, OURS, n)
+            (n, _action_processes(r.get(scenario) or {}, n)) for n in ns for r in runs_for(results, OURS, n)
         ]
         v, where = _worst(per)
-        out.append(_check(f"Exactly one helm process per {what}", v, 1.0, lambda x: num(x, 2), where=where))
+        label = f"Exactly one helm process per {what} (the breakdown below lists any other)"
+        out.append(_check(label, v, 1.0, lambda x: num(x, 2), where=where))
     off = [
         (n, float((r.get("update") or {}).get("releases_with_other_revision_count", 0)))
         for n in ns

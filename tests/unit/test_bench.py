@@ -343,14 +343,18 @@ def test_medians_and_ratios_across_repetitions() -> None:
 def test_helm_call_targets() -> None:
     res = results()
     v = verdicts(res)
-    assert v["Exactly one helm process per install"].verdict == "met"
+    install = "Exactly one helm process per install (the breakdown below lists any other)"
+    assert v[install].verdict == "met"
     assert v["Zero helm processes while idle (resyncs)"].verdict == "met"
     assert v["Zero helm processes on a restart with unchanged CRs"].verdict == "met"
-    res["runs"][1]["convergence"]["helm_calls_per_release"] = 1.008  # a few `helm version` calls
+    n = res["runs"][1]["n"]
+    res["runs"][1]["convergence"]["helm_subcommands"] = {"upgrade": n, "version": 1}  # once per process
+    assert verdicts(res)[install].verdict == "met"
+    res["runs"][1]["convergence"]["helm_subcommands"] = {"upgrade": n + 8}  # some installs ran twice
     res["runs"][0]["restart"]["helm_calls"] = 3
     v = verdicts(res)
-    assert v["Exactly one helm process per install"].verdict == "missed"
-    assert v["Exactly one helm process per install"].measured.startswith("1.01")
+    assert v[install].verdict == "missed"
+    assert v[install].measured.startswith("1.01")
     assert v["Zero helm processes on a restart with unchanged CRs"].measured == "3 (worst: N=1000)"
 
 
