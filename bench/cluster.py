@@ -18,7 +18,7 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from bench.measure import parse_request_total
+from bench.measure import parse_requests
 from bench.workload import ReleaseRecord, records_from_metadata
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
@@ -89,7 +89,11 @@ class BenchCluster:
 
     def request_total(self) -> float:
         """The API server's ``apiserver_request_total`` over resource requests, summed."""
-        return parse_request_total(self._get("/metrics").decode())
+        return sum(self.requests().values())
+
+    def requests(self) -> dict[str, float]:
+        """The API server's ``apiserver_request_total`` over resource requests, by verb and resource."""
+        return parse_requests(self._get("/metrics").decode())
 
     def server_version(self) -> str:
         return str(json.loads(self._get("/version")).get("gitVersion", "unknown"))

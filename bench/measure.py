@@ -169,7 +169,12 @@ def parse_request_total(text: str, resource_only: bool = True) -> float:
     """Sum of ``apiserver_request_total`` in a Prometheus text exposition. With ``resource_only``,
     requests to non-resource paths (/metrics, /readyz, /version) are left out: they include the
     bench's own scrapes, not what a contender asks for."""
-    total = 0.0
+    return sum(parse_requests(text, resource_only).values())
+
+
+def parse_requests(text: str, resource_only: bool = True) -> dict[str, float]:
+    """``apiserver_request_total`` by verb and resource (``"LIST secrets"``): what a count is made of."""
+    by: dict[str, float] = {}
     for line in text.splitlines():
         m = _REQ.match(line)
         if not m:
@@ -177,8 +182,23 @@ def parse_request_total(text: str, resource_only: bool = True) -> float:
         labels = dict(_LABEL.findall(m.group("labels")))
         if resource_only and not labels.get("resource"):
             continue
-        total += float(m.group("value"))
-    return total
+        resource = labels.get("resource", "") + (
+            f"/{labels['subresource']}" if labels.get("subresource") else ""
+        )
+        key = f"{labels.get('verb', '?')} {resource}".strip()
+        by[key] = by.get(key, 0.0) + float(m.group("value"))
+    return by
+
+
+def grown(first: dict[str, float], mid: dict[str, float], last: dict[str, float]) -> dict[str, list[float]]:
+    """Requests by verb and resource in the two halves of a window (three readings of the counter),
+    only those made at all."""
+    out = {}
+    for key in sorted(set(first) | set(mid) | set(last)):
+        a, b = mid.get(key, 0.0) - first.get(key, 0.0), last.get(key, 0.0) - mid.get(key, 0.0)
+        if a or b:
+            out[key] = [a, b]
+    return out
 
 
 # -- the machine --------------------------------------------------------------------------------

@@ -384,7 +384,24 @@ def _idle_table(results: dict[str, Any]) -> list[str]:
         "net of background",
         "request growth",
     ]
-    return table(header, rows)
+    return [*table(header, rows), *_request_growth(results)]
+
+
+def _request_growth(results: dict[str, Any]) -> list[str]:
+    """What the requests of an operator's idle window were, where the second half made more."""
+    lines = []
+    for n in ns_of(results):
+        for c in contenders_of(results):
+            idle = first_with(results, c, n, "idle")
+            by = (idle or {}).get("requests_by")
+            if c == FLOOR or not by or idle_request_rate(results, c, n)["growth"] in (None, 0):
+                continue
+            top = sorted(by.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:6]
+            parts = ", ".join(f"{k} {a:.0f} → {b:.0f}" for k, (a, b) in top)
+            lines.append(
+                f"- N={n}, {TITLES.get(c, c)}, requests by verb and resource (1st → 2nd half): {parts}"
+            )
+    return ["", *lines] if lines else []
 
 
 def _footprint_restart_table(results: dict[str, Any]) -> list[str]:

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from bench import workload
 from bench.cluster import BenchCluster
 from bench.contenders import Contender, ContenderFailed
-from bench.measure import Sampler, helm_subcommands, rss_mib, running_named
+from bench.measure import Sampler, grown, helm_subcommands, rss_mib, running_named
 
 DRIFT_POLL = 0.05
 
@@ -251,12 +251,13 @@ def idle(t: Target) -> dict[str, Any]:
     calls0, reconciles0 = c.helm_calls(), c.reconciles()
     cpu0 = c.cpu_seconds() if c.operator else None  # the floor has no process while idle
     sampler = Sampler(c.pid(), s.sample_every).start()
-    req0 = t.cluster.request_total()
+    by0 = t.cluster.requests()
     t0 = time.monotonic()
     time.sleep(s.idle_seconds / 2)
-    req_mid = t.cluster.request_total()
+    by_mid = t.cluster.requests()
     time.sleep(s.idle_seconds / 2)
-    req1 = t.cluster.request_total()
+    by1 = t.cluster.requests()
+    req0, req_mid, req1 = sum(by0.values()), sum(by_mid.values()), sum(by1.values())
     wall = time.monotonic() - t0
     sampler.stop()
     t.alive()
@@ -275,6 +276,7 @@ def idle(t: Target) -> dict[str, Any]:
         "reconciles": _delta(c.reconciles(), reconciles0),
         "requests_first_half": req_mid - req0,
         "requests_second_half": req1 - req_mid,
+        "requests_by": grown(by0, by_mid, by1),
         "samples": [list(x) for x in sampler.samples],
     }
 

@@ -14,9 +14,11 @@ from bench import report, stats, workload
 from bench.contenders import reconciled_releases
 from bench.measure import (
     ProcStat,
+    grown,
     helm_subcommands,
     parse_counter,
     parse_request_total,
+    parse_requests,
     parse_stat,
     parse_status_kib,
     process_tree,
@@ -108,6 +110,9 @@ def test_parse_request_total_sums_resource_requests_only() -> None:
     )
     assert parse_request_total(text) == 15
     assert parse_request_total(text, resource_only=False) == 55
+    assert parse_requests(text) == {"LIST secrets": 12, "POST deployments": 3}
+    later = parse_requests(text.replace("} 12", "} 20"))
+    assert grown(parse_requests(text), parse_requests(text), later) == {"LIST secrets": [0, 8]}
 
 
 def test_parse_counter() -> None:
