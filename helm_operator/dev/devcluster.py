@@ -29,6 +29,7 @@ from helm_operator.dev.tools import Toolchain
 log = logging.getLogger(__name__)
 
 OWNER_FILE = "owner.pid"
+SERVICE_RANGE = "10.96.0.0/16"  # room for every Service a benchmark at N = 1000 (and more) creates
 
 # The default StorageClass: dynamic hostPath volumes from kube-controller-manager, so charts with
 # PersistentVolumeClaims (StatefulSets) bind and their Pods schedule as on a real cluster.
@@ -147,6 +148,15 @@ class DevCluster:
                 # PVCs bind through the in-tree hostPath provisioner (no storage exists otherwise).
                 "--extra-args",
                 "kube-controller-manager=enable-hostpath-provisioner=true",
+                # The API server's default Service range (a /24) runs out at ~250 Services.
+                "--extra-args",
+                f"kube-apiserver=service-cluster-ip-range={SERVICE_RANGE}",
+                # The controllers' default client rate (20 requests/s) made rolling out a few
+                # hundred Deployments take minutes of the cluster's time, not the operator's.
+                "--extra-args",
+                "kube-controller-manager=kube-api-qps=100",
+                "--extra-args",
+                "kube-controller-manager=kube-api-burst=200",
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--quiet-pull",
