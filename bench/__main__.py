@@ -5,7 +5,7 @@ operator (the peer), on one local control plane, in one run, reported as ratios.
     python -m bench                          # full: N=100,500,1000, 3 repetitions (a quiet machine!)
     python -m bench --n 100 --contenders ours,helm --kubeconfig ~/.cache/helm-operator/clusters/x/kubeconfig
     python -m bench --render bench/results/<run>.json --out bench   # re-render REPORT.md and plots
-                                        # (with <run>.analysis.md, if present, as "Why targets were missed")
+                                        # (with <run>.analysis.md, if present, as "Reading of this run")
     python -m bench --n 200 --contenders ours --profile   # where our operator's CPU goes (py-spy)
 
 Full mode (N=100,500,1000) writes bench/REPORT.md, bench/plots/*.png and bench/results/<date>.json;

@@ -477,6 +477,16 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
                 for v in targets(results)
             ),
         ),
+        *(
+            [
+                "",
+                "## Reading of this run: what was missed or not measured, and why",
+                "",
+                results["analysis"].strip(),
+            ]
+            if results.get("analysis")
+            else []
+        ),
         "",
         "## Convergence: N custom resources applied at once",
         "",
@@ -522,8 +532,6 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
         "",
         *_footprint_restart_table(results),
     ]
-    if results.get("analysis"):
-        lines += ["", "## Why targets were missed", "", str(results["analysis"]).strip()]
     if results.get("profile"):
         lines += ["", *profile.render(results["profile"])]
     if plots:

@@ -415,9 +415,11 @@ def test_render_is_deterministic_and_complete() -> None:
     assert "| CPU model | Test CPU |" in text
     assert "`upgrade` 4" in text
     assert "machine was busy" not in text
-    assert "## Why targets were missed" not in text
+    assert "## Reading of this run" not in text
     res["analysis"] = "The SDK converges faster at N=1000: ...\n"
-    assert "## Why targets were missed\n\nThe SDK converges faster at N=1000: ..." in report.render(res)
+    reading = "## Reading of this run: what was missed or not measured, and why\n\nThe SDK converges faster"
+    assert reading in report.render(res)
+    assert report.render(res).index(reading) < report.render(res).index("## Convergence")
     res["machine"]["load_average_start"] = [5.0, 4.0, 3.0]
     assert "**The machine was busy** when the run started (load average 5.0 on 2 CPUs)" in report.render(res)
     assert "| 1.00 | 6.5 / 8 | 1 |" in text  # helm processes per release, in parallel, revision
