@@ -117,7 +117,8 @@ def wave(t: Target, wave_no: int) -> dict[str, Any]:
             reported_s = time.monotonic() - t0
         if reported_s is not None and ready and c.ready(t.names, wave_no) == t.n:
             ready_s = time.monotonic() - t0
-        if deployed_s is not None and (not c.operator or (reported_s is not None and (ready_s or not ready))):
+        settled = reported_s is not None and (ready_s is not None or not ready)
+        if deployed_s is not None and (not c.operator or settled):
             cpu1, log1 = c.cpu_seconds(), c.helm_log()
             break
         time.sleep(poll_interval(t.n))

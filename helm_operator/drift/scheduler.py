@@ -82,23 +82,26 @@ class DriftChecker:
         Helm wrote a moment ago, so only the workloads' readiness is read; the first check after
         (a change of an object, a resync) compares them in full."""
         self.clean.discard(ident.owner)
-        release = await self._deployed(watch, ident, applied)
+        if applied is not None:
+            return await self.readiness(watch, ident, annotations, applied)
+        release = await self._deployed(watch, ident, None)
         if release is None:
             return None
-        mode = mode_of(annotations)
-        if applied is not None:
-            return DriftReport(mode, health=await workload_health(self.kube, release), compared=False)
-        report = await check_release(self.kube, watch, release, mode, self.memory, announce)
+        report = await check_release(self.kube, watch, release, mode_of(annotations), self.memory, announce)
         if not report.drifts:  # (in "disabled" mode nothing is compared, and nothing counts as drift)
             self.clean.add(ident.owner)
         return report
 
     async def readiness(
-        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str]
+        self,
+        watch: Watch,
+        ident: ReleaseId,
+        annotations: Mapping[str, str],
+        applied: StoredRelease | None = None,
     ) -> DriftReport | None:
         """Only the workloads' readiness, read again (a workload became ready or stopped being
-        so; nothing else changed): what the last comparison found still holds."""
-        release = await self._deployed(watch, ident, None)
+        so, or Helm just applied ``applied``): what the last comparison found still holds."""
+        release = await self._deployed(watch, ident, applied)
         if release is None:
             return None
         return DriftReport(
