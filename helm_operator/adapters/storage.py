@@ -45,13 +45,20 @@ _DECODED_MAX = 256
 
 
 def _decoded(namespace: str, secret: Any) -> dict[str, Any]:
-    """The decoded body of a release Secret, decoded once per resourceVersion (a drift check reads
-    the latest revision every time; decoding its chart and manifest dominated the check)."""
+    """What a record needs of a release Secret's body, decoded once per resourceVersion (a drift
+    check reads the latest revision every time; decoding its chart and manifest dominated the
+    check). The chart's files, templates and values are not kept: they were most of the memory."""
     key = (namespace, str(secret.metadata.name), str(getattr(secret.metadata, "resource_version", "")))
     if key[2] and key in _DECODED:
         _DECODED.move_to_end(key)
         return _DECODED[key]
-    body = decode_release(secret.data["release"])
+    full = decode_release(secret.data["release"])
+    body = {
+        "chart": {"metadata": (full.get("chart") or {}).get("metadata") or {}},
+        "info": {"description": (full.get("info") or {}).get("description", "")},
+        "manifest": full.get("manifest"),
+        "apply_method": full.get("apply_method"),
+    }
     if key[2]:
         _DECODED[key] = body
         while len(_DECODED) > _DECODED_MAX:

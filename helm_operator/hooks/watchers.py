@@ -61,8 +61,10 @@ class _ObjectWatch(KindWatch):
         self.objects: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}  # key -> (signature, object)
         self.synced = threading.Event()  # the first listing is in
 
-    def _listed(self, items: list[dict[str, Any]]) -> None:
-        fresh = {_key(o): (meaningful(o), o) for o in items}
+    def _entry(self, obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return meaningful(obj), obj
+
+    def _listed(self, fresh: dict[tuple[str, str], Any]) -> None:
         with self.lock:
             old, self.objects = self.objects, fresh
         self.synced.set()

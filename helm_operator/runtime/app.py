@@ -46,6 +46,7 @@ from helm_operator.runtime.handlers import OutageLogFilter, configure, register,
 from helm_operator.runtime.leader import LeaderSettings, Leadership
 from helm_operator.runtime.probes import Probes, serve
 from helm_operator.runtime.reconcile import Runtime, finalize
+from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.sweeper import in_patterns, sweep_terminating
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ class App:
         self.probes = Probes()
         self.probes.ready_check("dependent watches", self.dependents.unsynced)
         self.states = ReleaseStates()
+        self.resyncs = Resyncs()
         self.leadership: Leadership | None = None
         if settings.leader is not None:
             self.leadership = Leadership(self.kube.api, settings.leader)
@@ -216,7 +218,8 @@ class App:
             self.releases.start()
             for coro in (
                 self._heartbeat(),
-                sweep_terminating(runtime, watches, self.settings.namespaces, drift),
+                sweep_terminating(runtime, watches, self.settings.namespaces, drift, self.resyncs),
+                self.resyncs.run(),
             ):
                 task = loop.create_task(coro)
                 self._tasks.add(task)
@@ -228,17 +231,18 @@ class App:
                 self.probes.expect(())
 
         @kopf.on.cleanup(registry=registry)
-        def _cleanup(**_: Any) -> None:
+        async def _cleanup(**_: Any) -> None:
             runtime.draining = True
             for task in self._tasks:  # endless loops: kopf would wait 5 s for them before cancelling
                 task.cancel()
+            await self.resyncs.stop()
             self.dependents.stop()
             self.releases.stop()
             if runtime.day2 is not None:
                 runtime.day2.stop()
 
         for watch in watches:
-            register(watch, runtime, registry, drift, self.probes, self.states)
+            register(watch, runtime, registry, drift, self.probes, self.states, self.resyncs)
             QUEUE_DEPTH.labels(watch=watch.key).set_function(partial(runtime.concurrency.queued, watch.key))
             log.info(
                 "watching %s (%s, %s) -> chart %s",

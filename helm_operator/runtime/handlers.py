@@ -32,6 +32,7 @@ from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.idle import status_digest, unchanged, written
 from helm_operator.runtime.probes import Probes
 from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile
+from helm_operator.runtime.resyncs import Resyncs
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
 UNREACHABLE = "API server unreachable"
@@ -138,18 +139,19 @@ class Handlers:
     drift: DriftScheduler
     probes: Probes
     states: ReleaseStates
+    resyncs: Resyncs
 
     def _ref(self, meta: kopf.Meta) -> ObjectRef:
         return ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace, meta.uid)
 
     @contextlib.contextmanager
-    def _handling(self, meta: kopf.Meta) -> Iterator[None]:
+    def _handling(self, namespace: str | None, name: str) -> Iterator[None]:
         """Log lines name the resource; readiness learns it was handled since start."""
-        with logs.resource(self.watch.kind, meta.namespace, meta.name):
+        with logs.resource(self.watch.kind, namespace, name):
             try:
                 yield
             finally:
-                self.probes.handled(resource_key(self.watch, meta.namespace, meta.name))
+                self.probes.handled(resource_key(self.watch, namespace, name))
 
     def _resource(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> Resource:
         generation = int(meta.get("generation") or 0)
@@ -167,7 +169,7 @@ class Handlers:
     async def change(
         self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, retry: int = 0, **_: Any
     ) -> None:
-        with self._handling(meta):
+        with self._handling(meta.namespace, meta.name):
             async with _api_errors_as_retries(retry):
                 await self._change(spec, status, meta)
 
@@ -176,6 +178,8 @@ class Handlers:
             return  # being deleted: the delete handler uninstalls; never install or upgrade now
         rt, watch = self.runtime, self.watch
         cr = self._resource(spec, status, meta)
+        key, period = resource_key(watch, meta.namespace, meta.name), watch.reconcile_period
+        self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}), period)  # also if this fails
         generation = cr.generation
         rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
         started = time.monotonic()
@@ -210,43 +214,53 @@ class Handlers:
             await rt.reporter.events(ref, events)
             if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
                 await rt.reporter.status(ref, watch.served_plural, patch)
+            as_written = written(cr.status, patch)
+            self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}, status=as_written), period)
             if result.settled is not None and (report is None or not report.drifts):
-                as_written = status_digest(written(cr.status, patch))
-                rt.settled[cr.ident.key] = dataclasses.replace(result.settled, status=as_written)
+                settled = dataclasses.replace(result.settled, status=status_digest(as_written))
+                rt.settled[cr.ident.key] = settled
         # Together, so that a scrape never sees one without the other.
         RECONCILES.labels(watch=watch.key, action=action, result=phase).inc()
         RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)
         if result.retry_after is not None and result.outcome.phase != "ready":
             raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
 
-    async def resync(
-        self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, retry: int = 0, **_: Any
-    ) -> None:
-        with self._handling(meta):
-            started = time.monotonic()
-            cr = self._resource(spec, status, meta)
-            if not meta.get("deletionTimestamp") and await unchanged(self.runtime, cr):
-                RESYNCS.labels(watch=self.watch.key, decided="memory").inc()
-                RECONCILES.labels(watch=self.watch.key, action="none", result="ready").inc()
-                RECONCILE_DURATION.labels(watch=self.watch.key).observe(time.monotonic() - started)
-                return
-            RESYNCS.labels(watch=self.watch.key, decided="read").inc()
-            # A timer keeps the body kopf last saw; if kopf stopped watching the namespace (it is
-            # being deleted) that body is stale. Never install or upgrade for a resource that is
-            # going away: read it first.
-            await self._resync(meta, retry)
+    async def from_memory(self, cr: Resource) -> bool:
+        started = time.monotonic()
+        if not await unchanged(self.runtime, cr):
+            return False
+        RESYNCS.labels(watch=self.watch.key, decided="memory").inc()
+        RECONCILES.labels(watch=self.watch.key, action="none", result="ready").inc()
+        RECONCILE_DURATION.labels(watch=self.watch.key).observe(time.monotonic() - started)
+        return True
 
-    async def _resync(self, meta: kopf.Meta, retry: int) -> None:
-        async with _api_errors_as_retries(retry):
-            ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
-            fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
-            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-                return
-            body = kopf.Body(cast(Any, fresh))
-            await self._change(body.spec, body.status, body.meta)
+    async def reread(self, cr: Resource, retry: int) -> None:
+        """A resync that could not be decided from memory: read the resource, then reconcile it.
+
+        What the sweep holds may be stale (kopf stops reporting a namespace that is being deleted,
+        and never reports a resource leaving the selector): never install or upgrade on it.
+        """
+        with self._handling(cr.namespace, cr.name):
+            RESYNCS.labels(watch=self.watch.key, decided="read").inc()
+            async with _api_errors_as_retries(retry):
+                ref = ObjectRef(self.watch.api_version, self.watch.kind, cr.name, cr.namespace)
+                fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
+                key = resource_key(self.watch, cr.namespace, cr.name)
+                if fresh is None or fresh["metadata"].get("uid") != cr.uid:
+                    self.resyncs.forget(key)  # gone (a namesake is a new resource: kopf reports it)
+                    return
+                labels = fresh["metadata"].get("labels") or {}
+                if self.watch.selector and not selector_matches(self.watch.selector, labels):
+                    self.resyncs.forget(key)
+                    return
+                if fresh["metadata"].get("deletionTimestamp"):
+                    return
+                body = kopf.Body(cast(Any, fresh))
+                await self._change(body.spec, body.status, body.meta)
 
     async def delete(self, meta: kopf.Meta, retry: int = 0, **_: Any) -> None:
-        with self._handling(meta):
+        with self._handling(meta.namespace, meta.name):
+            self.resyncs.forget(resource_key(self.watch, meta.namespace, meta.name))
             async with _api_errors_as_retries(retry):
                 await self._delete(meta)
 
@@ -306,9 +320,10 @@ def register(
     drift: DriftScheduler,
     probes: Probes,
     states: ReleaseStates,
+    resyncs: Resyncs,
 ) -> None:
-    """Register resume/create/update/resync/delete handlers for one watched kind."""
-    h = Handlers(watch, runtime, drift, probes, states)
+    """Register resume/create/update/delete handlers for one watched kind (``resyncs`` sweeps it)."""
+    h = Handlers(watch, runtime, drift, probes, states, resyncs)
     runtime.concurrency.limit(watch.key, watch.max_concurrent_reconciles)
     common: dict[str, Any] = dict(
         group=watch.group, version=watch.version, plural=watch.served_plural, registry=registry
@@ -318,13 +333,11 @@ def register(
         common["labels"] = matchlabels
     if watch.selector:
         common["when"] = lambda labels, **_: selector_matches(watch.selector, labels)
-    period = watch.reconcile_period
     table: list[tuple[str, Callable[..., Any], dict[str, Any], Callable[..., Any]]] = [
         ("resume", kopf.on.resume, {}, h.change),
         ("create", kopf.on.create, {}, h.change),
         # No field filter: spec, labels and annotations (e.g. helm-operator.io/drift) all count.
         ("update", kopf.on.update, {}, h.change),
-        ("resync", kopf.timer, {"interval": period, "initial_delay": period}, h.resync),
         ("delete", kopf.on.delete, {}, h.delete),
     ]
     for name, decorator, options, fn in table:

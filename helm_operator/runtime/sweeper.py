@@ -11,7 +11,9 @@ from helm_operator.adapters.kube import ObjectRef
 from helm_operator.config.watches import Watch
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
+from helm_operator.runtime.handlers import resource_key
 from helm_operator.runtime.reconcile import Runtime, finalize
+from helm_operator.runtime.resyncs import Resyncs
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,11 @@ SWEEP_INTERVAL = 10.0
 
 
 async def sweep_terminating(
-    runtime: Runtime, watches: Sequence[Watch], patterns: Sequence[str], drift: DriftScheduler
+    runtime: Runtime,
+    watches: Sequence[Watch],
+    patterns: Sequence[str],
+    drift: DriftScheduler,
+    resyncs: Resyncs,
 ) -> None:
     """Finish deletions of our resources in terminating namespaces, every few seconds.
 
@@ -39,7 +45,7 @@ async def sweep_terminating(
     failures = 0
     while True:
         try:
-            await _sweep_once(runtime, watches, patterns, drift)
+            await _sweep_once(runtime, watches, patterns, drift, resyncs)
             failures = 0
         except Exception as exc:  # the API server away, most likely: one line, then back off
             failures += 1
@@ -49,7 +55,11 @@ async def sweep_terminating(
 
 
 async def _sweep_once(
-    runtime: Runtime, watches: Sequence[Watch], patterns: Sequence[str], drift: DriftScheduler
+    runtime: Runtime,
+    watches: Sequence[Watch],
+    patterns: Sequence[str],
+    drift: DriftScheduler,
+    resyncs: Resyncs,
 ) -> None:
     kube = runtime.kube
     for ns in await asyncio.to_thread(kube.terminating_namespaces):
@@ -61,6 +71,7 @@ async def _sweep_once(
             )
             for item in items:
                 meta = item["metadata"]
+                resyncs.forget(resource_key(watch, ns, meta["name"]))
                 ref = ObjectRef(watch.api_version, watch.kind, meta["name"], ns, meta.get("uid"))
                 try:
                     # No uninstall hooks: a terminating namespace accepts no new objects (no final

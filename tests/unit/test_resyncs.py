@@ -1,0 +1,156 @@
+"""The resync sweep: who is due, what is decided from memory, and how many reads run at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import kopf
+
+from helm_operator.config.charts import ChartRef
+from helm_operator.config.watches import Watch
+from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.resyncs import Resyncs
+
+WATCH = Watch("g.io", "v1", "Web", ChartRef("charts/web"), "webs", "Namespaced")
+
+
+def web(name: str) -> Resource:
+    return Resource(WATCH, "ns", name, f"uid-{name}", 1, {}, {}, {})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Owner:
+    """Handlers that settle whatever ``settled`` names and record every read."""
+
+    settled: set[str] = field(default_factory=set)
+    reads: list[tuple[str, int]] = field(default_factory=list)
+    fail: BaseException | None = None
+    gate: asyncio.Event | None = None  # reads wait for it
+
+    async def from_memory(self, cr: Resource) -> bool:
+        return cr.name in self.settled
+
+    async def reread(self, cr: Resource, retry: int) -> None:
+        self.reads.append((cr.name, retry))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+
+
+async def sweep_and_settle(resyncs: Resyncs) -> None:
+    await resyncs.sweep()
+    while resyncs.reading:
+        await asyncio.sleep(0)
+
+
+def test_a_resource_is_due_a_period_after_it_was_handled_and_memory_spares_the_read() -> None:
+    async def scenario() -> None:
+        clock, owner = Clock(), Owner(settled={"a"})
+        resyncs = Resyncs(clock)
+        resyncs.seen("k/a", owner, web("a"), 60.0)
+        resyncs.seen("k/b", owner, web("b"), 60.0)
+        clock.now += 59
+        await sweep_and_settle(resyncs)
+        assert owner.reads == []
+        clock.now += 1
+        await sweep_and_settle(resyncs)
+        assert owner.reads == [("b", 0)]  # "a" was decided from memory
+        assert resyncs.members["k/a"].due == clock.now + 60
+        assert resyncs.members["k/b"].due == clock.now + 60
+
+    asyncio.run(scenario())
+
+
+def test_reads_are_bounded_and_the_rest_wait_for_a_later_sweep() -> None:
+    async def scenario() -> None:
+        clock, gate = Clock(), asyncio.Event()
+        owner = Owner(gate=gate)
+        resyncs = Resyncs(clock, reads=2)
+        for name in "abc":
+            resyncs.seen(f"k/{name}", owner, web(name), 10.0)
+        clock.now += 10
+        await resyncs.sweep()
+        await asyncio.sleep(0)
+        assert [n for n, _ in owner.reads] == ["a", "b"]
+        await resyncs.sweep()  # "a" and "b" still read: neither started again, "c" still waits
+        await asyncio.sleep(0)
+        assert [n for n, _ in owner.reads] == ["a", "b"]
+        gate.set()
+        while resyncs.reading:
+            await asyncio.sleep(0)
+        await sweep_and_settle(resyncs)
+        assert [n for n, _ in owner.reads] == ["a", "b", "c"]
+
+    asyncio.run(scenario())
+
+
+def test_a_temporary_error_sets_the_next_resync_and_counts_retries() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        owner = Owner(fail=kopf.TemporaryError("API server unreachable", delay=5))
+        resyncs = Resyncs(clock)
+        resyncs.seen("k/a", owner, web("a"), 60.0)
+        clock.now += 60
+        await sweep_and_settle(resyncs)
+        assert resyncs.members["k/a"].due == clock.now + 5
+        clock.now += 5
+        owner.fail = RuntimeError("a bug")  # logged; the next resync comes a period later
+        await sweep_and_settle(resyncs)
+        assert resyncs.members["k/a"].due == clock.now + 60
+        clock.now += 60
+        owner.fail = None
+        await sweep_and_settle(resyncs)
+        assert owner.reads == [("a", 0), ("a", 1), ("a", 2)]
+        assert resyncs.members["k/a"].retry == 0
+
+    asyncio.run(scenario())
+
+
+def test_forgotten_resources_and_disabled_periods_are_never_resynced() -> None:
+    async def scenario() -> None:
+        clock, gate = Clock(), asyncio.Event()
+        owner = Owner(gate=gate)
+        resyncs = Resyncs(clock)
+        resyncs.seen("k/a", owner, web("a"), 60.0)
+        resyncs.seen("k/off", owner, web("off"), 0.0)
+        clock.now += 600
+        await resyncs.sweep()
+        await asyncio.sleep(0)
+        resyncs.forget("k/a")  # deleted while its read ran: the read does not bring it back
+        gate.set()
+        while resyncs.reading:
+            await asyncio.sleep(0)
+        assert "k/a" not in resyncs.members
+        clock.now += 600
+        await sweep_and_settle(resyncs)
+        assert owner.reads == [("a", 0)]
+
+    asyncio.run(scenario())
+
+
+def test_stop_waits_for_reads_in_flight() -> None:
+    async def scenario() -> None:
+        clock, gate = Clock(), asyncio.Event()
+        owner = Owner(gate=gate)
+        resyncs = Resyncs(clock)
+        resyncs.seen("k/a", owner, web("a"), 1.0)
+        clock.now += 1
+        await resyncs.sweep()
+        stopping = asyncio.create_task(resyncs.stop())
+        await asyncio.sleep(0)
+        assert not stopping.done()
+        gate.set()
+        await stopping
+        assert resyncs.reading == {}
+
+    asyncio.run(scenario())
