@@ -6,6 +6,9 @@ operator (the peer), on one local control plane, in one run, reported as ratios.
     python -m bench --n 100 --contenders ours,helm --kubeconfig ~/.cache/helm-operator/clusters/x/kubeconfig
     python -m bench --render bench/results/<run>.json --out bench   # re-render REPORT.md and plots
                                         # (with <run>.analysis.md, if present, as "Reading of this run")
+    python -m bench --n 1000 --repetitions 1       # full mode one N at a time (all N take over 3 h
+    python -m bench --render bench/results/<n100+500>.json bench/results/<n1000>.json --out bench
+                                        # on 2 cores), merged into one report: same commit and settings
     python -m bench --n 200 --contenders ours --profile   # where our operator's CPU goes (py-spy)
 
 Full mode (N=100,500,1000) writes bench/REPORT.md, bench/plots/*.png and bench/results/<date>.json;
@@ -24,7 +27,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import plots, report
+from bench import merge, plots, report
 from bench.contenders import CONTENDERS
 from bench.progress import Progress
 from bench.run import Plan, Runner
@@ -91,7 +94,11 @@ def parser() -> argparse.ArgumentParser:
         help="sample our operator with py-spy; the report says where its CPU goes",
     )
     p.add_argument(
-        "--render", type=Path, metavar="RESULTS_JSON", help="only render a report from a results file"
+        "--render",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS_JSON",
+        help="only render a report from results files (several: runs of different N, merged)",
     )
     return p
 
@@ -127,11 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     args = parser().parse_args(argv)
     if args.render:
-        results = json.loads(args.render.read_text())
-        analysis = args.render.with_suffix(".analysis.md")  # written by hand after reading the run
-        if analysis.exists():
-            results["analysis"] = analysis.read_text()
-        print(write_report(results, args.out or args.render.parent))
+        try:
+            results = merge.merge([json.loads(path.read_text()) for path in args.render], FULL_NS)
+        except merge.MergeError as exc:
+            print(f"python -m bench --render: {exc}", file=sys.stderr)
+            return 2
+        # Written by hand after reading a run: <run>.analysis.md, one per run.
+        found = [path.with_suffix(".analysis.md") for path in args.render]
+        readings = [a.read_text().strip() for a in found if a.exists()]
+        if readings:
+            results["analysis"] = "\n\n".join(readings)
+        print(write_report(results, args.out or args.render[0].parent))
         return 0
     if args.profile:
         from bench import profile

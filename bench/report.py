@@ -437,19 +437,47 @@ def _footprint_restart_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows)
 
 
+def _provenance(results: dict[str, Any]) -> list[str]:
+    """When and how the numbers were made: one run, or one run per N (see ``bench.merge``)."""
+    parts = results.get("parts")
+    if not parts:
+        return [
+            f"Run {results.get('started', '?')} ({results.get('mode', '?')} mode, "
+            f"{num(results.get('wall_seconds'), 0)} s wall), reproduced with:",
+            "",
+            "```",
+            results.get("command", "python -m bench"),
+            "```",
+        ]
+    lines = [
+        f"{results.get('mode', '?').capitalize()} mode, made in {len(parts)} runs on this machine from one",
+        "commit with the same settings, each holding every contender for its N (a run of all N takes",
+        "longer than the machine can be held quiet); reproduced with:",
+        "",
+        "```",
+        *(str(p.get("command")) for p in parts),
+        "```",
+        "",
+    ]
+    rows = [
+        [
+            ", ".join(str(n) for n in p.get("ns") or []),
+            str(p.get("started", "?")),
+            num(p.get("wall_seconds"), 0),
+            " / ".join(str(x) for x in p.get("load_average_start") or []),
+            " / ".join(str(x) for x in p.get("load_average_end") or []),
+        ]
+        for p in parts
+    ]
+    return lines + table(["N", "started", "wall s", "load average at start", "at the end"], rows)
+
+
 def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
     """The Markdown report for ``results`` (``plots``: title → relative path of each PNG)."""
     plots = plots or {}
     cfg, machine = results.get("config", {}), results.get("machine", {})
-    lines = [
-        "# Benchmark: ours vs plain helm vs the Operator SDK Helm operator",
-        "",
-        f"Run {results.get('started', '?')} ({results.get('mode', '?')} mode, "
-        f"{num(results.get('wall_seconds'), 0)} s wall), reproduced with:",
-        "",
-        "```",
-        results.get("command", "python -m bench"),
-        "```",
+    lines = ["# Benchmark: ours vs plain helm vs the Operator SDK Helm operator", "", *_provenance(results)]
+    lines += [
         "",
         "All contenders ran one at a time on the same local control plane in the same run, with the",
         "same chart (`bench/charts/podinfo`), release names, values and concurrency "

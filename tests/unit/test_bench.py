@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench import report, stats, workload
+from bench import merge, report, stats, workload
 from bench.contenders import reconciled_releases
 from bench.measure import (
     ProcStat,
@@ -423,6 +423,47 @@ def test_render_is_deterministic_and_complete() -> None:
     res["machine"]["load_average_start"] = [5.0, 4.0, 3.0]
     assert "**The machine was busy** when the run started (load average 5.0 on 2 CPUs)" in report.render(res)
     assert "| 1.00 | 6.5 / 8 | 1 |" in text  # helm processes per release, in parallel, revision
+
+
+def _run_of(n: int) -> dict[str, Any]:
+    """What ``python -m bench --n N`` writes: ``results()`` cut down to one N."""
+    res = copy.deepcopy(results())
+    res["config"]["ns"] = [n]
+    res["command"] = f"python -m bench --n {n} --repetitions 2"
+    for r in res["runs"]:
+        r["n"] = n
+    return res
+
+
+def test_runs_of_different_n_merge_into_one_report_with_each_command() -> None:
+    parts = [_run_of(100), _run_of(500), _run_of(1000)]
+    parts[1]["error"] = "ContenderFailed: sdk at N=500: wave 2 not converged in 1800s"
+    parts[2]["background"] = {"requests_first_half": 10, "requests_second_half": 10, "seconds": 60}
+    merged = merge.merge(parts, [100, 500, 1000])
+    assert merged["mode"] == "full" and merged["config"]["ns"] == [100, 500, 1000]
+    assert len(merged["runs"]) == 3 * len(results()["runs"])
+    assert merged["wall_seconds"] == 3 * 1234.0
+    assert merged["background"] == {"requests_first_half": 10, "requests_second_half": 10, "seconds": 60}
+    assert merged["error"] == "run 2: ContenderFailed: sdk at N=500: wave 2 not converged in 1800s"
+    text = report.render(merged)
+    assert "```\npython -m bench --n 100 --repetitions 2\npython -m bench --n 500 --repetitions 2\n" in text
+    assert "| 500 | 2026-01-01 00:00 UTC | 1234 | 0.5 / 0.4 / 0.3 |" in text
+    assert "Full mode, made in 3 runs" in text
+    assert "| 100 | ours |" in text and "| 1000 | ours |" in text
+    assert merge.merge([parts[0]], [100, 500, 1000]) is parts[0]  # one run: as it was
+
+
+def test_runs_that_measured_different_things_are_not_merged() -> None:
+    other = _run_of(1000)
+    other["versions"]["helm-operator"] = "0.1.0 (commit abc1234)"
+    with pytest.raises(merge.MergeError, match=r"versions.helm-operator"):
+        merge.merge([_run_of(100), other], [100, 500, 1000])
+    other = _run_of(1000)
+    other["config"]["concurrency"] = 4
+    with pytest.raises(merge.MergeError, match=r"config.concurrency: 4 vs 8"):
+        merge.merge([_run_of(100), other], [100, 500, 1000])
+    with pytest.raises(merge.MergeError, match=r"ours at N=100 \(repetition 1\) is in runs 1 and 2"):
+        merge.merge([_run_of(100), _run_of(100)], [100, 500, 1000])
 
 
 def test_render_marks_a_failed_run() -> None:

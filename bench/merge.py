@@ -1,0 +1,85 @@
+"""One report from several runs, each of some N: at N = 1000 the four contenders alone take well
+over an hour, so a full report may be made one N (or a few) at a time.
+
+Every ratio still compares contenders measured side by side in one run (each run holds every
+contender for its N). Runs are merged only when they measured the same thing: the same settings,
+the same versions (the operator's commit included) and no N measured twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Settings that must agree; "ns" is what the runs split between them.
+SAME_CONFIG = (
+    "repetitions",
+    "contenders",
+    "concurrency",
+    "drift_changes",
+    "drift_timeout",
+    "idle_seconds",
+    "drift_budget",
+)
+
+
+class MergeError(ValueError):
+    """The runs did not measure the same thing."""
+
+
+def _check_same(parts: list[dict[str, Any]], where: str, keys: tuple[str, ...] | None = None) -> None:
+    first = parts[0].get(where) or {}
+    for i, part in enumerate(parts[1:], start=2):
+        other = part.get(where) or {}
+        for key in keys or tuple(sorted(set(first) | set(other))):
+            if first.get(key) != other.get(key):
+                raise MergeError(
+                    f"run {i} differs from run 1 in {where}.{key}: {other.get(key)!r} vs {first.get(key)!r}"
+                )
+
+
+def merge(parts: list[dict[str, Any]], full_ns: list[int]) -> dict[str, Any]:
+    """The runs as one results document (``parts`` keeps what each run was)."""
+    if len(parts) == 1:
+        return parts[0]
+    _check_same(parts, "config", SAME_CONFIG)
+    _check_same(parts, "versions")
+    seen: dict[tuple[str, int, int], int] = {}
+    for i, part in enumerate(parts, start=1):
+        for run in part.get("runs", []):
+            key = (run["contender"], run["n"], run["rep"])
+            if key in seen and seen[key] != i:
+                what = f"{key[0]} at N={key[1]} (repetition {key[2] + 1})"
+                raise MergeError(f"{what} is in runs {seen[key]} and {i}")
+            seen[key] = i
+    ns = sorted({n for part in parts for n in (part.get("config") or {}).get("ns", [])})
+    notes: list[str] = []
+    for part in parts:
+        notes += [n for n in part.get("notes") or [] if n not in notes]
+    errors = [f"run {i}: {p['error']}" for i, p in enumerate(parts, start=1) if p.get("error")]
+    merged: dict[str, Any] = {
+        **parts[0],
+        "mode": "full" if ns == full_ns else "custom",
+        "config": {**parts[0]["config"], "ns": ns},
+        "runs": [run for part in parts for run in part.get("runs", [])],
+        "notes": notes,
+        "started": " / ".join(str(p.get("started", "?")) for p in parts),
+        "wall_seconds": sum(float(p.get("wall_seconds") or 0) for p in parts),
+        "load_average_end": parts[-1].get("load_average_end"),
+        "background": next((p["background"] for p in parts if p.get("background")), None),
+        "parts": [
+            {
+                "command": p.get("command"),
+                "started": p.get("started"),
+                "wall_seconds": p.get("wall_seconds"),
+                "ns": (p.get("config") or {}).get("ns"),
+                "load_average_start": (p.get("machine") or {}).get("load_average_start"),
+                "load_average_end": p.get("load_average_end"),
+            }
+            for p in parts
+        ],
+    }
+    if errors:
+        merged["error"] = "; ".join(errors)
+    else:
+        merged.pop("error", None)
+    return merged
