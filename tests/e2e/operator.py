@@ -94,6 +94,10 @@ class OperatorProcess:
         self.watches = watches
         self.namespaces = namespaces
         self.extra_args = extra_args or ["--retry-base", "1", "--retry-cap", "4"]
+        if "--metrics-bind-address" not in self.extra_args:
+            self.extra_args = [*self.extra_args, "--metrics-bind-address", f"127.0.0.1:{free_port()}"]
+        address = self.extra_args[self.extra_args.index("--metrics-bind-address") + 1]
+        self.metrics_port = int(address.rsplit(":", 1)[1])
         self.calls_log = workdir / "helm-calls.log"
         self.shim = workdir / "helm"
         self.shim.write_text(f'#!/bin/sh\necho "$*" >> "{self.calls_log}"\nexec "{helm}" "$@"\n')
@@ -175,6 +179,12 @@ class OperatorProcess:
 
     def helm_calls(self) -> list[str]:
         return [line for line in self.calls_log.read_text().splitlines() if line.strip()]
+
+    def resyncs(self, decided: str | None = None) -> float:
+        """Resyncs the current process made (``decided``: "memory" or "read" only), as its metrics say."""
+        label = f'decided="{decided}"' if decided else ""
+        samples = metrics(self.metrics_port).items()
+        return sum(v for k, v in samples if k.startswith("helm_operator_resyncs_total{") and label in k)
 
     def handled(self, phrase: str) -> int:
         """How often the current process's log mentions ``phrase`` (e.g. a handler's success)."""

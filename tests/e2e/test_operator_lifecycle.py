@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,12 @@ def test_render_failure_stalls_with_helms_error(operator: OperatorProcess, res: 
     assert "the chart refuses these values" in stalled["message"]
     assert any(e["reason"] == "RenderFailed" for e in res.events("broken"))
     # Deterministic failure: the resync (every 15s) does not run helm again for the same values.
-    tries = len(upgrades(operator, "broken"))
-    eventually(lambda: operator.handled("resync' succeeded") > 0, timeout=40, what="a resync")
+    tries, stalled_at, reads = len(upgrades(operator, "broken")), time.monotonic(), operator.resyncs("read")
+    eventually(
+        lambda: operator.resyncs("read") > reads and time.monotonic() - stalled_at > 17,
+        timeout=40,
+        what="a resync that reads (a stalled resource is never decided from memory), a period on",
+    )
     assert len(upgrades(operator, "broken")) == tries == 1
     # …and the status keeps saying why, without a new Event on every resync.
     stalled = res.condition(KIND, "broken", "Stalled")

@@ -84,8 +84,8 @@ def drift_events(res: Resources, name: str) -> list[str]:
 
 
 def wait_resyncs(op: OperatorProcess, n: int = 3) -> None:
-    start = op.handled("resync' succeeded")
-    eventually(lambda: op.handled("resync' succeeded") >= start + n, timeout=60, what=f"{n} resyncs")
+    start = op.resyncs()
+    eventually(lambda: op.resyncs() >= start + n, timeout=60, what=f"{n} resyncs")
 
 
 def test_public_style_chart_shows_no_false_drift(
