@@ -169,7 +169,8 @@ class Handlers:
     async def change(
         self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, retry: int = 0, **_: Any
     ) -> None:
-        with self._handling(meta.namespace, meta.name):
+        key = resource_key(self.watch, meta.namespace, meta.name)
+        with self._handling(meta.namespace, meta.name), self.resyncs.handled(key):
             async with _api_errors_as_retries(retry):
                 await self._change(spec, status, meta)
 

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,6 +58,7 @@ class Resyncs:
         self.clock, self.reads = clock, reads
         self.members: dict[str, Member] = {}
         self.reading: dict[str, asyncio.Task[None]] = {}
+        self.handling: set[str] = set()  # a handler of kopf's is at it: not due meanwhile
 
     def seen(self, key: str, owner: Owner, cr: Resource, period: float) -> None:
         """``cr`` was just handled: its next resync is a period from now."""
@@ -68,13 +69,26 @@ class Resyncs:
         else:
             member.owner, member.resource, member.period, member.due = owner, cr, period, due
 
+    @contextlib.contextmanager
+    def handled(self, key: str) -> Iterator[None]:
+        """A change handler runs for ``key``: no resync until a period after it ends (a reconcile
+        queued behind others must not be resynced, and queued again, while it waits)."""
+        self.handling.add(key)
+        try:
+            yield
+        finally:
+            self.handling.discard(key)
+            if (member := self.members.get(key)) is not None:
+                member.due = self.clock() + member.period
+
     def forget(self, key: str) -> None:
         """No more resyncs (deleted, being deleted, or no longer selected)."""
         self.members.pop(key, None)
 
     def due(self) -> list[tuple[str, Member]]:
         now = self.clock()
-        return [(k, m) for k, m in self.members.items() if m.due <= now and k not in self.reading]
+        busy = self.reading.keys() | self.handling
+        return [(k, m) for k, m in self.members.items() if m.due <= now and k not in busy]
 
     async def sweep(self) -> None:
         """Resync every due resource: from memory where it can, else a bounded number of reads."""

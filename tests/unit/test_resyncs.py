@@ -154,3 +154,20 @@ def test_stop_waits_for_reads_in_flight() -> None:
         assert resyncs.reading == {}
 
     asyncio.run(scenario())
+
+
+def test_no_resync_while_a_change_handler_is_at_it_and_a_period_after() -> None:
+    async def scenario() -> None:
+        clock, owner = Clock(), Owner()
+        resyncs = Resyncs(clock)
+        with resyncs.handled("k/a"):
+            resyncs.seen("k/a", owner, web("a"), 10.0)
+            clock.now += 300  # queued behind other reconciles for a long time
+            await sweep_and_settle(resyncs)
+            assert owner.reads == []
+        assert resyncs.members["k/a"].due == clock.now + 10
+        clock.now += 10
+        await sweep_and_settle(resyncs)
+        assert owner.reads == [("a", 0)]
+
+    asyncio.run(scenario())
