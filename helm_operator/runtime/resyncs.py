@@ -129,5 +129,4 @@ class Resyncs:
         """Let the reads in flight finish (a reconcile is never cut short by its resync)."""
         pending = list(self.reading.values())
         if pending:
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)  # each logged its own failure

@@ -47,10 +47,14 @@ class Owner:
             raise self.fail
 
 
-async def sweep_and_settle(resyncs: Resyncs) -> None:
-    await resyncs.sweep()
+async def reads_done(resyncs: Resyncs) -> None:
     while resyncs.reading:
         await asyncio.sleep(0)
+
+
+async def sweep_and_settle(resyncs: Resyncs) -> None:
+    await resyncs.sweep()
+    await reads_done(resyncs)
 
 
 def test_a_resource_is_due_a_period_after_it_was_handled_and_memory_spares_the_read() -> None:
@@ -86,8 +90,7 @@ def test_reads_are_bounded_and_the_rest_wait_for_a_later_sweep() -> None:
         await asyncio.sleep(0)
         assert [n for n, _ in owner.reads] == ["a", "b"]
         gate.set()
-        while resyncs.reading:
-            await asyncio.sleep(0)
+        await reads_done(resyncs)
         await sweep_and_settle(resyncs)
         assert [n for n, _ in owner.reads] == ["a", "b", "c"]
 
@@ -128,8 +131,7 @@ def test_forgotten_resources_and_disabled_periods_are_never_resynced() -> None:
         await asyncio.sleep(0)
         resyncs.forget("k/a")  # deleted while its read ran: the read does not bring it back
         gate.set()
-        while resyncs.reading:
-            await asyncio.sleep(0)
+        await reads_done(resyncs)
         assert "k/a" not in resyncs.members
         clock.now += 600
         await sweep_and_settle(resyncs)
