@@ -124,7 +124,17 @@ class BenchCluster:
                     return
                 raise
             time.sleep(1)
-        raise TimeoutError(f"namespace {name} still terminating after {timeout:.0f}s")
+        raise TimeoutError(f"namespace {name} still terminating after {timeout:.0f}s: {self._stuck(name)}")
+
+    def _stuck(self, name: str) -> str:
+        """Why the namespace controller has not finished: its conditions that hold (what is left,
+        which finalizers, which API group it could not list)."""
+        try:
+            ns = self.core.read_namespace(name)
+        except ApiException as exc:
+            return f"(could not read it: {exc.status} {exc.reason})"
+        held = [c for c in (ns.status.conditions or []) if c.status == "True"]
+        return "; ".join(f"{c.type}: {c.message}" for c in held) or "no condition says why"
 
     def apply_crd(self, doc: dict[str, Any]) -> None:
         self.kubectl("apply", "--server-side", "--field-manager=bench", "-f", "-", input=json.dumps(doc))

@@ -494,6 +494,8 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
         ]
     if results.get("error"):
         lines += ["", f"**The run failed:** `{results['error'].splitlines()[0]}` (partial data below)."]
+    for left in results.get("left_behind") or []:
+        lines += ["", f"**A namespace was not deleted in time** (later contenders ran beside it): {left}"]
     lines += [
         "",
         "## Targets",

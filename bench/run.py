@@ -176,8 +176,13 @@ class Runner:
             try:
                 c.end()
             finally:
-                with self.progress.step(f"{c.key} N={n}: delete namespace {ns}"):
-                    cluster.delete_namespace(ns)
+                try:
+                    with self.progress.step(f"{c.key} N={n}: delete namespace {ns}"):
+                        cluster.delete_namespace(ns)
+                except TimeoutError as exc:
+                    # the run's measurements stand; the next contender gets its own namespace,
+                    # and the report says which one was left behind and why
+                    self.results.setdefault("left_behind", []).append(str(exc))
 
     def _one(self, cluster: BenchCluster, c: Contender, names: list[str], rep: int) -> dict[str, Any]:
         n, s, step = len(names), self.plan.settings, self.progress.step
