@@ -1,9 +1,11 @@
 """One report from several runs, each of some N: at N = 1000 the four contenders alone take well
 over an hour, so a full report may be made one N (or a few) at a time.
 
-Every ratio still compares contenders measured side by side in one run (each run holds every
-contender for its N). Runs are merged only when they measured the same thing: the same settings,
-the same versions (the operator's commit included) and no N measured twice.
+A run normally holds every contender for its N, so each ratio compares contenders measured side
+by side. A run that stopped early may be completed by one of the contenders it missed; the report
+then says which N were measured in more than one run. Runs are merged only when they measured the
+same thing: the same settings, the same versions of what both ran (the operator's commit
+included) and no contender measured twice at one N.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import Any
 # Settings that must agree; "ns" is what the runs split between them.
 SAME_CONFIG = (
     "repetitions",
-    "contenders",
     "concurrency",
     "drift_changes",
     "drift_timeout",
@@ -27,10 +28,12 @@ class MergeError(ValueError):
 
 
 def _check_same(parts: list[dict[str, Any]], where: str, keys: tuple[str, ...] | None = None) -> None:
+    """``keys`` must agree; without them, every key both runs have (a run without the SDK has no
+    SDK version)."""
     first = parts[0].get(where) or {}
     for i, part in enumerate(parts[1:], start=2):
         other = part.get(where) or {}
-        for key in keys or tuple(sorted(set(first) | set(other))):
+        for key in keys or tuple(sorted(set(first) & set(other))):
             if first.get(key) != other.get(key):
                 raise MergeError(
                     f"run {i} differs from run 1 in {where}.{key}: {other.get(key)!r} vs {first.get(key)!r}"
@@ -52,6 +55,9 @@ def merge(parts: list[dict[str, Any]], full_ns: list[int]) -> dict[str, Any]:
                 raise MergeError(f"{what} is in runs {seen[key]} and {i}")
             seen[key] = i
     ns = sorted({n for part in parts for n in (part.get("config") or {}).get("ns", [])})
+    contenders: list[str] = []
+    for part in parts:
+        contenders += [c for c in (part.get("config") or {}).get("contenders", []) if c not in contenders]
     notes: list[str] = []
     for part in parts:
         notes += [n for n in part.get("notes") or [] if n not in notes]
@@ -59,8 +65,10 @@ def merge(parts: list[dict[str, Any]], full_ns: list[int]) -> dict[str, Any]:
     merged: dict[str, Any] = {
         **parts[0],
         "mode": "full" if ns == full_ns else "custom",
-        "config": {**parts[0]["config"], "ns": ns},
+        "config": {**parts[0]["config"], "ns": ns, "contenders": contenders},
+        "versions": {k: v for part in reversed(parts) for k, v in (part.get("versions") or {}).items()},
         "runs": [run for part in parts for run in part.get("runs", [])],
+        "split": _split(parts),
         "notes": notes,
         "started": " / ".join(str(p.get("started", "?")) for p in parts),
         "wall_seconds": sum(float(p.get("wall_seconds") or 0) for p in parts),
@@ -72,6 +80,7 @@ def merge(parts: list[dict[str, Any]], full_ns: list[int]) -> dict[str, Any]:
                 "started": p.get("started"),
                 "wall_seconds": p.get("wall_seconds"),
                 "ns": (p.get("config") or {}).get("ns"),
+                "contenders": (p.get("config") or {}).get("contenders"),
                 "load_average_start": (p.get("machine") or {}).get("load_average_start"),
                 "load_average_end": p.get("load_average_end"),
             }
@@ -83,3 +92,19 @@ def merge(parts: list[dict[str, Any]], full_ns: list[int]) -> dict[str, Any]:
     else:
         merged.pop("error", None)
     return merged
+
+
+def _split(parts: list[dict[str, Any]]) -> list[str]:
+    """Each N whose contenders were measured in more than one run, with which run measured which:
+    ratios at that N compare runs made apart."""
+    where: dict[int, dict[int, list[str]]] = {}
+    for i, part in enumerate(parts, start=1):
+        for run in part.get("runs", []):
+            got = where.setdefault(run["n"], {}).setdefault(i, [])
+            if run["contender"] not in got:
+                got.append(run["contender"])
+    return [
+        f"N={n}: " + "; ".join(f"{', '.join(cs)} in run {i}" for i, cs in sorted(by_part.items()))
+        for n, by_part in sorted(where.items())
+        if len(by_part) > 1
+    ]

@@ -437,6 +437,19 @@ def _footprint_restart_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows)
 
 
+def _complete(results: dict[str, Any]) -> bool:
+    """Whether runs merged together measured every contender at every N (and repetition)."""
+    cfg = results.get("config") or {}
+    measured = {(r["contender"], r["n"], r["rep"]) for r in results.get("runs", [])}
+    wanted = {
+        (c, n, rep)
+        for c in cfg.get("contenders") or []
+        for n in cfg.get("ns") or []
+        for rep in range(int(cfg.get("repetitions") or 1))
+    }
+    return bool(results.get("parts")) and bool(wanted) and wanted <= measured
+
+
 def _provenance(results: dict[str, Any]) -> list[str]:
     """When and how the numbers were made: one run, or one run per N (see ``bench.merge``)."""
     parts = results.get("parts")
@@ -449,16 +462,21 @@ def _provenance(results: dict[str, Any]) -> list[str]:
             results.get("command", "python -m bench"),
             "```",
         ]
+    split = results.get("split") or []
     lines = [
         f"{results.get('mode', '?').capitalize()} mode, made in {len(parts)} runs on this machine from one",
-        "commit with the same settings, each holding every contender for its N (a run of all N takes",
-        "longer than the machine can be held quiet); reproduced with:",
-        "",
-        "```",
-        *(str(p.get("command")) for p in parts),
-        "```",
-        "",
+        "commit with the same settings (a run of all N takes longer than the machine can be held quiet),",
+        "each holding every contender for its N" + (", but for:" if split else "; reproduced with:"),
     ]
+    if split:
+        lines += [
+            "",
+            *(f"- {s}" for s in split),
+            "",
+            "At such an N the ratios compare contenders measured in different runs of the same commit;",
+            "reproduced with:",
+        ]
+    lines += ["", "```", *(str(p.get("command")) for p in parts), "```", ""]
     rows = [
         [
             ", ".join(str(n) for n in p.get("ns") or []),
@@ -466,10 +484,12 @@ def _provenance(results: dict[str, Any]) -> list[str]:
             num(p.get("wall_seconds"), 0),
             " / ".join(str(x) for x in p.get("load_average_start") or []),
             " / ".join(str(x) for x in p.get("load_average_end") or []),
+            ", ".join(p.get("contenders") or []) or "all",
         ]
         for p in parts
     ]
-    return lines + table(["N", "started", "wall s", "load average at start", "at the end"], rows)
+    header = ["N", "started", "wall s", "load average at start", "at the end", "contenders"]
+    return lines + table(header, rows)
 
 
 def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
@@ -492,7 +512,13 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
             f"**The machine was busy** when the run started (load average {load} on {cpus} CPUs): absolute",
             "times are inflated and noisy; compare contenders by the ratios, and re-run on a quiet machine.",
         ]
-    if results.get("error"):
+    if results.get("error") and _complete(results):
+        lines += [
+            "",
+            f"**A run stopped early:** `{results['error'].splitlines()[0]}`; a later run measured",
+            "what it did not, so every contender was measured at every N.",
+        ]
+    elif results.get("error"):
         lines += ["", f"**The run failed:** `{results['error'].splitlines()[0]}` (partial data below)."]
     for left in results.get("left_behind") or []:
         lines += ["", f"**A namespace was not deleted in time** (later contenders ran beside it): {left}"]

@@ -453,11 +453,35 @@ def test_runs_of_different_n_merge_into_one_report_with_each_command() -> None:
     assert merge.merge([parts[0]], [100, 500, 1000]) is parts[0]  # one run: as it was
 
 
+def test_a_run_that_stopped_early_is_completed_by_a_run_of_what_it_missed() -> None:
+    first, rest = _run_of(500), _run_of(500)
+    first["config"]["contenders"] = ["ours", "helm", "sdk"]
+    first["runs"] = [r for r in first["runs"] if r["contender"] == "ours"]
+    first["versions"]["helm-operator"] = "0.1.0 (commit 9d07b72)"  # only a run of ours has it
+    first["error"] = "TimeoutError: namespace bench-helm-500-r0-0629 still terminating after 600s"
+    rest["config"]["contenders"] = ["helm", "sdk"]
+    rest["runs"] = [r for r in rest["runs"] if r["contender"] != "ours"]
+    merged = merge.merge([first, rest], [100, 500, 1000])
+    assert merged["config"]["contenders"] == ["ours", "helm", "sdk"]
+    assert merged["split"] == ["N=500: ours in run 1; helm, sdk in run 2"]
+    text = report.render(merged)
+    assert "- N=500: ours in run 1; helm, sdk in run 2" in text
+    assert "**A run stopped early:** `run 1: TimeoutError: namespace bench-helm-500-r0-0629" in text
+    assert "The run failed" not in text
+    assert "| 500 | 2026-01-01 00:00 UTC | 1234 | 0.5 / 0.4 / 0.3 |  | helm, sdk |" in text
+    rest["runs"] = [r for r in rest["runs"] if r["rep"] == 0]  # the SDK's 2nd repetition is missing
+    assert "**The run failed:** `run 1: TimeoutError" in report.render(merge.merge([first, rest], [500]))
+    rest["versions"]["helm"] = "v3.19.0"
+    with pytest.raises(merge.MergeError, match=r"versions.helm: 'v3.19.0' vs 'v4.3.1'"):
+        merge.merge([first, rest], [500])
+
+
 def test_runs_that_measured_different_things_are_not_merged() -> None:
-    other = _run_of(1000)
+    one, other = _run_of(100), _run_of(1000)
+    one["versions"]["helm-operator"] = "0.1.0 (commit 9d07b72)"
     other["versions"]["helm-operator"] = "0.1.0 (commit abc1234)"
     with pytest.raises(merge.MergeError, match=r"versions.helm-operator"):
-        merge.merge([_run_of(100), other], [100, 500, 1000])
+        merge.merge([one, other], [100, 500, 1000])
     other = _run_of(1000)
     other["config"]["concurrency"] = 4
     with pytest.raises(merge.MergeError, match=r"config.concurrency: 4 vs 8"):
