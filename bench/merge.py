@@ -67,6 +67,7 @@ def merge(parts: list[dict[str, Any]], full_ns: list[int]) -> dict[str, Any]:
         "mode": "full" if ns == full_ns else "custom",
         "config": {**parts[0]["config"], "ns": ns, "contenders": contenders},
         "versions": {k: v for part in reversed(parts) for k, v in (part.get("versions") or {}).items()},
+        "machine": _machine(parts),
         "runs": [run for part in parts for run in part.get("runs", [])],
         "split": _split(parts),
         "notes": notes,
@@ -108,3 +109,16 @@ def _split(parts: list[dict[str, Any]]) -> list[str]:
         for n, by_part in sorted(where.items())
         if len(by_part) > 1
     ]
+
+
+def _machine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The machine facts of all runs: a fact the runs differ in (another CPU model, a kernel
+    update between sessions) names each run's value; each run's load is in its own row."""
+    facts: dict[str, Any] = {}
+    for key in dict.fromkeys(k for p in parts for k in p.get("machine") or {}):
+        values = [(p.get("machine") or {}).get(key) for p in parts]
+        if key == "load_average_start" or all(v == values[0] for v in values):
+            facts[key] = values[0]
+        else:
+            facts[key] = " / ".join(f"{v} (run {i})" for i, v in enumerate(values, start=1))
+    return facts

@@ -464,8 +464,9 @@ def _provenance(results: dict[str, Any]) -> list[str]:
         ]
     split = results.get("split") or []
     lines = [
-        f"{results.get('mode', '?').capitalize()} mode, made in {len(parts)} runs on this machine from one",
-        "commit with the same settings (a run of all N takes longer than the machine can be held quiet),",
+        f"{results.get('mode', '?').capitalize()} mode, made in {len(parts)} runs on machines of",
+        "this kind from one commit with the same settings (a run of all N takes longer than a machine",
+        "can be held quiet),",
         "each holding every contender for its N" + (", but for:" if split else "; reproduced with:"),
     ]
     if split:
@@ -607,6 +608,8 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
         ["kernel", str(machine.get("kernel"))],
         ["Python", str(machine.get("python"))],
     ]
+    if results.get("parts"):  # each run's load is in the table of runs at the top
+        facts = [f for f in facts if not f[0].startswith("load average")]
     facts += [[k, str(v)] for k, v in (results.get("versions") or {}).items()]
     lines += table(["", ""], facts)
     notes = results.get("notes") or []

@@ -525,3 +525,15 @@ def test_a_profile_is_summed_by_package_and_by_our_functions(tmp_path: Path) -> 
     assert ours["check_release (helm_operator/drift/check.py)"] == 3
     text = "\n".join(profile.render(summary))
     assert "| HTTP (urllib3, ssl, socket) | 50.0 % |" in text
+
+
+def test_merged_runs_name_each_run_s_value_of_a_machine_fact_they_differ_in() -> None:
+    one, other = _run_of(100), _run_of(1000)
+    one["machine"] = {"nproc": 2, "cpu_model": "AMD EPYC", "load_average_start": [0.9, 3.7, 4.5]}
+    other["machine"] = {"nproc": 2, "cpu_model": "Intel Xeon", "load_average_start": [0.3, 1.3, 1.6]}
+    merged = merge.merge([one, other], [100, 500, 1000])
+    assert merged["machine"]["nproc"] == 2
+    assert merged["machine"]["cpu_model"] == "AMD EPYC (run 1) / Intel Xeon (run 2)"
+    text = report.render(merged)
+    assert "| CPU model | AMD EPYC (run 1) / Intel Xeon (run 2) |" in text
+    assert "| load average at start (1/5/15 min) |" not in text  # per run, in the table of runs
