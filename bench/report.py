@@ -464,10 +464,9 @@ def _provenance(results: dict[str, Any]) -> list[str]:
         ]
     split = results.get("split") or []
     lines = [
-        f"{results.get('mode', '?').capitalize()} mode, made in {len(parts)} runs on machines of",
-        "this kind from one commit with the same settings (a run of all N takes longer than a machine",
-        "can be held quiet),",
-        "each holding every contender for its N" + (", but for:" if split else "; reproduced with:"),
+        f"{results.get('mode', '?').capitalize()} mode, made in {len(parts)} runs on machines of this kind",
+        "from one commit with the same settings (a run of all N takes longer than a machine can be held",
+        "quiet), each holding every contender for its N" + (", but for:" if split else "; reproduced with:"),
     ]
     if split:
         lines += [
