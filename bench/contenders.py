@@ -31,7 +31,7 @@ import yaml
 
 from bench import profile, sdk, workload
 from bench.cluster import BenchCluster
-from bench.measure import parse_counter, tree_cpu_seconds
+from bench.measure import own_cpu_seconds, parse_counter, tree_cpu_seconds
 from helm_operator.dev.tools import REPO_ROOT, Toolchain
 
 
@@ -144,6 +144,12 @@ class Contender:
         """Cumulative CPU seconds of the contender's process tree, reaped children included."""
         pid = self.pid()
         return tree_cpu_seconds(pid) if pid else None
+
+    def own_cpu_seconds(self) -> float | None:
+        """CPU seconds of the operator process alone (its helm children excluded); None for the
+        floor, which has no process of its own."""
+        pid = self.pid() if self.operator else None
+        return own_cpu_seconds(pid) if pid else None
 
     def helm_log(self) -> list[str] | None:
         """The arguments of every helm process started so far, where countable."""

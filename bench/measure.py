@@ -88,6 +88,13 @@ def tree_cpu_seconds(pid: int) -> float | None:
     return sum(st.utime + st.stime + st.cutime + st.cstime for st in tree) / CLK_TCK
 
 
+def own_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system, all threads) of one process alone: no child, reaped or running.
+    For an operator that runs helm as a child, what the operator itself costs. None when gone."""
+    st = read_stat(pid)
+    return None if st is None else (st.utime + st.stime) / CLK_TCK
+
+
 def running_named(pid: int, name: str) -> int:
     """How many descendants of ``pid`` run the program ``name`` right now (e.g. helm)."""
     return sum(1 for st in process_tree(pid, _all_stats())[1:] if st.comm == name)

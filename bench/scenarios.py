@@ -80,14 +80,14 @@ def wave(t: Target, wave_no: int) -> dict[str, Any]:
     """Convergence (wave 1: N installs) or an update wave (2+: one value changed in all N): time
     until every release has the wave's revision deployed and, for operators, every CR says so."""
     c, want = t.contender, set(t.names)
-    cpu0, log0 = c.cpu_seconds(), c.helm_log()
+    cpu0, own0, log0 = c.cpu_seconds(), c.own_cpu_seconds(), c.helm_log()
     t0 = time.monotonic()
     submission = c.submit(t.names, wave_no)
     deadline = t0 + t.settings.converge_timeout
     timeline: list[list[float]] = []
     parallel: list[int] = []  # helm processes running at each poll, until all are deployed
     deployed_s = reported_s = ready_s = None
-    cpu1, log1 = None, None
+    cpu1, own1, log1 = None, None, None
     ready = c.ready(t.names, wave_no) is not None  # also wait for (and time) Ready
     while True:
         now = time.monotonic()
@@ -119,7 +119,7 @@ def wave(t: Target, wave_no: int) -> dict[str, Any]:
             ready_s = time.monotonic() - t0
         settled = reported_s is not None and (ready_s is not None or not ready)
         if deployed_s is not None and (not c.operator or settled):
-            cpu1, log1 = c.cpu_seconds(), c.helm_log()
+            cpu1, own1, log1 = c.cpu_seconds(), c.own_cpu_seconds(), c.helm_log()
             break
         time.sleep(poll_interval(t.n))
     submission.join()
@@ -137,6 +137,7 @@ def wave(t: Target, wave_no: int) -> dict[str, Any]:
         "ready_s": ready_s,
         "submitted_s": (submission.finished_at or t0) - t0,
         "cpu_s": _delta(cpu1, cpu0),
+        "own_cpu_s": _delta(own1, own0),  # the operator process alone, helm children excluded
         "helm_calls": calls,
         "helm_calls_per_release": calls / t.n if calls is not None else None,
         "helm_subcommands": helm_subcommands(started) if started is not None else None,

@@ -7,6 +7,7 @@ and posting Events outside kopf handlers (for drift checks triggered by dependen
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,13 @@ class ObjectRef:
     uid: str | None = None
 
 
+def _body(resp: Any) -> dict[str, Any]:
+    """A response read as plain JSON (``serialize=False``): the dynamic client's object tree, and
+    its ``to_dict`` back, cost more CPU than the request itself for a Deployment."""
+    body: dict[str, Any] = json.loads(resp.data)
+    return body
+
+
 class Kube:
     """One dynamic client for the process; resources are discovered once and cached."""
 
@@ -47,12 +55,11 @@ class Kube:
         res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
         ns = (meta.get("namespace") or namespace) if res.namespaced else None
         try:
-            found: dict[str, Any] = res.get(name=meta["name"], namespace=ns).to_dict()
+            return _body(res.get(name=meta["name"], namespace=ns, serialize=False))
         except ApiException as exc:
             if exc.status != 404:
                 raise
             return None
-        return found
 
     def apply(self, doc: Mapping[str, Any], namespace: str, dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply one object as Helm's field manager, forcing conflicts (creates it if
@@ -72,10 +79,10 @@ class Kube:
             namespace=meta.get("namespace"),
             field_manager=HELM_FIELD_MANAGER,
             force_conflicts=True,
+            serialize=False,
             **kwargs,
         )
-        out: dict[str, Any] = result.to_dict()
-        return out
+        return _body(result)
 
     def patch_dry_run(
         self, doc: Mapping[str, Any], patch: Mapping[str, Any], namespace: str, strategic: bool
@@ -88,10 +95,14 @@ class Kube:
         ns = (meta.get("namespace") or namespace) if res.namespaced else None
         content_type = f"application/{'strategic-merge-patch' if strategic else 'merge-patch'}+json"
         result = res.patch(
-            body=dict(patch), name=meta["name"], namespace=ns, content_type=content_type, dry_run="All"
+            body=dict(patch),
+            name=meta["name"],
+            namespace=ns,
+            content_type=content_type,
+            dry_run="All",
+            serialize=False,
         )
-        out: dict[str, Any] = result.to_dict()
-        return out
+        return _body(result)
 
     def dry_run_write(self, doc: Mapping[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
         """The object as the API server would store it with ``doc``'s spec (create, or replace of
@@ -103,16 +114,12 @@ class Kube:
         ns = meta.get("namespace") if res.namespaced else None
         if live is None:
             body["metadata"] = meta
-            created: dict[str, Any] = res.create(body=body, namespace=ns, dry_run="All").to_dict()
-            return created
+            return _body(res.create(body=body, namespace=ns, dry_run="All", serialize=False))
         have = dict(live.get("metadata") or {})
         for key in ("labels", "annotations"):
             have[key] = {**(have.get(key) or {}), **(meta.get(key) or {})}
         body["metadata"] = have
-        replaced: dict[str, Any] = res.replace(
-            body=body, name=meta["name"], namespace=ns, dry_run="All"
-        ).to_dict()
-        return replaced
+        return _body(res.replace(body=body, name=meta["name"], namespace=ns, dry_run="All", serialize=False))
 
     def get_custom(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
         group, _, version = ref.api_version.rpartition("/")
@@ -158,7 +165,11 @@ class Kube:
             source=client.V1EventSource(component="helm-operator"),
         )
         try:
-            self.core.create_namespaced_event(ns, body)
+            # Nothing is read back: deserialising the answer into the client's models cost more
+            # than the request (the answer is drained so that its connection can be used again).
+            resp: Any = self.core.create_namespaced_event(ns, body, _preload_content=False)
+            resp.read()
+            resp.release_conn()
         except ApiException as exc:  # e.g. a terminating namespace: an Event is not worth failing for
             log.warning("could not post event %s on %s/%s: %s", reason, ns, ref.name, exc.reason)
 

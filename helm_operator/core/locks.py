@@ -2,7 +2,8 @@
 
 Every Helm action, drift check and day-2 hook of a release takes the release's lock, so nothing
 ever acts on a release twice at once. Actions and drift checks also take a slot of their kind
-(``maxConcurrentReconciles``); hooks, which may wait minutes for a backup Job, do not.
+(``maxConcurrentReconciles``); hooks, which may wait minutes for a backup Job, do not. A reconcile
+that acted gives its slot back once Helm is done, and reports what it did under the lock alone.
 """
 
 from __future__ import annotations
@@ -20,17 +21,43 @@ class Slots:
         self._sem = asyncio.Semaphore(slots)
         self.waiting = 0
 
-    @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
+    async def acquire(self) -> None:
         self.waiting += 1
         try:
             await self._sem.acquire()
         finally:
             self.waiting -= 1
+
+    def release(self) -> None:
+        self._sem.release()
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        await self.acquire()
         try:
             yield
         finally:
-            self._sem.release()
+            self.release()
+
+
+class Turn:
+    """A release's turn: its lock and a slot of its kind. The slot may be given back before the
+    lock (``leave_slot``): what is left of the turn then only reports what was done, and the next
+    resource of the kind need not wait for that."""
+
+    def __init__(self, slots: Slots | None) -> None:
+        self._slots = slots
+        self._held = False
+
+    async def take_slot(self) -> None:
+        if self._slots is not None:
+            await self._slots.acquire()
+            self._held = True
+
+    def leave_slot(self) -> None:
+        if self._held and self._slots is not None:
+            self._held = False
+            self._slots.release()
 
 
 class Concurrency:
@@ -57,11 +84,16 @@ class Concurrency:
             yield
 
     @contextlib.asynccontextmanager
-    async def release(self, kind_key: str, release_key: str) -> AsyncIterator[None]:
+    async def release(self, kind_key: str, release_key: str) -> AsyncIterator[Turn]:
         """The release's lock, then the kind's slot: waiting for a busy release (a long backup
         hook) never holds a slot other resources of the kind could use."""
-        async with self._locks[release_key], self.slot(kind_key):
-            yield
+        async with self._locks[release_key]:
+            turn = Turn(self._slots.get(kind_key))
+            await turn.take_slot()
+            try:
+                yield turn
+            finally:
+                turn.leave_slot()
 
     @contextlib.asynccontextmanager
     async def lock(self, release_key: str) -> AsyncIterator[None]:

@@ -12,10 +12,11 @@ import asyncio
 import copy
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -50,23 +51,76 @@ class DriftReport:
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where available: 10x faster
-_PARSED: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+_Revision = tuple[str, str, int]  # (namespace, release, revision)
+_PARSED: OrderedDict[_Revision, list[dict[str, Any]]] = OrderedDict()
+_PARSED_MAX = 512  # whole objects: a few KiB each
+_REFS: OrderedDict[_Revision, tuple[ObjectId, ...]] = OrderedDict()
+_REFS_MAX = 8192  # four strings an object: one per release of a large operator
+
+
+class ObjectId(NamedTuple):
+    """Which object a manifest names, and nothing else of it."""
+
+    api_version: str
+    kind: str
+    namespace: str | None  # as the manifest says (None: the release namespace, if namespaced)
+    name: str
+
+    def doc(self) -> dict[str, Any]:
+        """A minimal manifest object naming it (what ``Kube.get`` needs)."""
+        meta = {"name": self.name, **({"namespace": self.namespace} if self.namespace else {})}
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta}
+
+
+def _cached(cache: OrderedDict[_Revision, Any], key: _Revision, limit: int, make: Callable[[], Any]) -> Any:
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = make()
+    while len(cache) > limit:
+        cache.popitem(last=False)
+    return value
+
+
+def _parsed(release: StoredRelease) -> list[dict[str, Any]]:
+    """The release's objects, parsed once per revision (shared: callers must not change them)."""
+
+    def parse() -> list[dict[str, Any]]:
+        docs = yaml.load_all(release.manifest, Loader=_LOADER)
+        objects = [d for d in docs if isinstance(d, dict) and d.get("kind")]
+        return [with_helm_ownership(d, release.name, release.namespace) for d in objects]
+
+    parsed: list[dict[str, Any]] = _cached(
+        _PARSED, (release.namespace, release.name, release.revision), _PARSED_MAX, parse
+    )
+    return parsed
 
 
 def manifest_objects(release: StoredRelease) -> list[dict[str, Any]]:
-    """The release's objects as Helm applies them (with its ownership metadata); parsed once per
-    revision."""
-    key = (release.namespace, release.name, release.revision)
-    if key not in _PARSED:
-        docs = [
-            d
-            for d in yaml.load_all(release.manifest, Loader=_LOADER)
-            if isinstance(d, dict) and d.get("kind")
-        ]
-        if len(_PARSED) > 512:
-            _PARSED.clear()
-        _PARSED[key] = [with_helm_ownership(d, release.name, release.namespace) for d in docs]
-    return copy.deepcopy(_PARSED[key])
+    """The release's objects as Helm applies them (with its ownership metadata): a copy of its own
+    for the caller."""
+    return copy.deepcopy(_parsed(release))
+
+
+def manifest_ids(release: StoredRelease) -> tuple[ObjectId, ...]:
+    """Which objects the release has: what a readiness read or the choice of dependent watches
+    needs, kept for many more revisions than whole objects and never copied."""
+
+    def ids() -> tuple[ObjectId, ...]:
+        return tuple(
+            ObjectId(
+                str(d["apiVersion"]),
+                str(d["kind"]),
+                (d.get("metadata") or {}).get("namespace"),
+                str((d.get("metadata") or {}).get("name")),
+            )
+            for d in _parsed(release)
+        )
+
+    found: tuple[ObjectId, ...] = _cached(
+        _REFS, (release.namespace, release.name, release.revision), _REFS_MAX, ids
+    )
+    return found
 
 
 def _key(doc: Mapping[str, Any], namespace: str) -> tuple[str, str, str, str]:
@@ -158,7 +212,7 @@ async def check_release(
 async def workload_health(kube: Kube, release: StoredRelease) -> Health:
     """The workloads' health alone (a GET each): right after Helm applied the release there is
     nothing to compare yet, only readiness to report."""
-    docs = [d for d in manifest_objects(release) if d.get("kind") in WORKLOAD_KINDS]
+    docs = [ref.doc() for ref in manifest_ids(release) if ref.kind in WORKLOAD_KINDS]
 
     def live() -> list[dict[str, Any] | None]:
         return list(_POOL.map(lambda d: kube.get(d, release.namespace), docs))

@@ -33,7 +33,7 @@ from helm_operator.drift.check import (
     condition_for,
     events_for,
     health_updates,
-    manifest_objects,
+    manifest_ids,
     mode_of,
     workload_health,
 )
@@ -121,7 +121,7 @@ class DriftChecker:
         if release is None or release.status != "deployed" or release.owner != ident.owner:
             return None
         if self.dependents is not None and watch.watch_dependent_resources:
-            kinds = {(str(d["apiVersion"]), str(d["kind"])) for d in manifest_objects(release)}
+            kinds = {(ref.api_version, ref.kind) for ref in manifest_ids(release)}
             self.dependents.use(ident.owner, kinds)
         return release
 

@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -184,15 +184,22 @@ class Handlers:
         generation = cr.generation
         rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
         started = time.monotonic()
-        result = await reconcile(rt, cr)
-        phase, action = result.outcome.phase, result.outcome.action or "none"
-        self.states.set(watch.key, cr.ident.key, phase)
         ref = self._ref(meta)
-        patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
-        events = list(result.events)
-        updates = list(result.conditions)
-        # Under the release's lock: no drift check of another trigger writes conditions in between.
-        async with rt.concurrency.release(watch.key, cr.ident.key):
+        # One turn of the release's lock for the reconcile and its report: no drift check of
+        # another trigger writes conditions in between, and the status is written as soon as the
+        # action is done (not after every other queued resource of the kind had its turn).
+        async with rt.concurrency.release(watch.key, cr.ident.key) as turn:
+            result = await reconcile(rt, cr)
+            phase, action = result.outcome.phase, result.outcome.action or "none"
+            applied = result.outcome.release if result.outcome.action in ("install", "upgrade") else None
+            if result.outcome.action is not None and (applied is not None or phase != "ready"):
+                # Helm's part is done and only a readiness read and two writes are left: the
+                # kind's slot goes to the next resource (a full drift comparison keeps it).
+                turn.leave_slot()
+            self.states.set(watch.key, cr.ident.key, phase)
+            patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
+            events = list(result.events)
+            updates = list(result.conditions)
             if rt.day2 is not None:
                 armed, said = await rt.day2.sync(watch, cr.body, cr.status.get("conditions", []))
                 updates = [*armed, *updates]  # a hook failure of this reconcile wins
@@ -205,16 +212,16 @@ class Handlers:
                 self.drift.track(watch, meta.namespace, meta.name)
                 checker = rt.drift
                 announce = checker.announcer(watch, ref, patch["conditions"], generation)
-                applied = result.outcome.release if result.outcome.action in ("install", "upgrade") else None
                 report = await checker.check(watch, cr.ident, cr.annotations, announce, applied)
                 announced = announced or (report is not None and report.corrected)  # "Correcting"
                 if report is not None:
                     conditions = patch["conditions"]
                     patch["conditions"] = await checker.report(watch, ref, report, conditions, generation)
             patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
-            await rt.reporter.events(ref, events)
+            writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
             if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
-                await rt.reporter.status(ref, watch.served_plural, patch)
+                writes.append(rt.reporter.status(ref, watch.served_plural, patch))
+            await _together(writes)
             as_written = written(cr.status, patch)
             self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}, status=as_written), period)
             if result.settled is not None and (report is None or not report.drifts):
@@ -307,6 +314,15 @@ class Handlers:
         await self.runtime.reporter.events(
             ref, [*exc.events, *([] if again else [("Warning", r.reason, r.message)])]
         )
+
+
+async def _together(writes: list[Coroutine[Any, Any, Any]]) -> None:
+    """Run independent API writes at once (an action's Events and its status: one round trip, not
+    two, while the resource's slot is held); every write finishes, the first error is raised."""
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
 
 
 def resource_key(watch: Watch, namespace: str | None, name: str) -> str:

@@ -119,6 +119,10 @@ def _stall(cr: Resource, outcome: Outcome, retry_after: float | None = None) -> 
 
 
 async def reconcile(rt: Runtime, cr: Resource) -> Result:
+    """Prepare, decide and act for one resource. The caller holds the release's lock and a slot of
+    its kind (``Concurrency.release``) from here until the outcome is reported, so a reconcile and
+    its report are one turn: nothing else writes the release's conditions in between, and the
+    report never queues again behind every other resource waiting for a slot."""
     watch = cr.watch
     try:
         chart_ref = await rt.local_chart(watch)
@@ -130,53 +134,52 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     events: list[Event] = []
     hooks = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
 
-    async with rt.concurrency.release(watch.key, key):
-        prepared = await desired(rt.kube, cr, chart_ref, chart, hooks)
-        if isinstance(prepared, HookResult):
-            return _hook_failed(prepared, None)
-        if isinstance(prepared, Outcome):
-            if prepared.permanent:
-                attempts = next_attempts(attempts_from_status(cr.status), prepared, time.time())
-                result = _stall(cr, prepared)
-                return Result(result.outcome, events=result.events, attempts=attempts)
-            return _stall(cr, prepared)
-        target = prepared
-        attempts = max(
-            attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
-        )
-        rt.settled.pop(key, None)
-        ident, since = target.ident, time.monotonic()
-        fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None
-        release, state, p = await _decide(rt, target, attempts, events)
-        log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
-        act = ACTIONS.get(p.action)
-        if act is None:
-            result = _without_action(cr, target, release, state, p, attempts, events)
-            if result.outcome.phase == "ready" and fingerprint is not None and hooks is None:
-                settled = Settled(cr.uid, cr.generation, chart, fingerprint, since)
-                return dataclasses.replace(result, settled=settled)
-            return result
-        if rt.draining:
-            outcome = Outcome("progressing", "ShuttingDown", "operator is shutting down")
-            return Result(outcome, retry_after=5, events=tuple(events))
-        stage = HOOK_STAGE.get(p.action)
-        if hooks is not None and stage is not None:
-            before = await hooks.around("before", stage, watch, cr.body, target.values, release)
-            if not before.ok:
-                return _hook_failed(before, target.digest)
-        scopes = await asyncio.to_thread(rt.discovery.scopes)
-        async with _progress_announced(rt, cr, p) as announced, _deletion_watch(rt, cr) as abort:
-            outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
-        if rt.releases is not None:
-            rt.releases.forget(ident.namespace, ident.name)
-            if outcome.release is not None:
-                rt.releases.remember(outcome.release)
-        conditions: tuple[Update, ...] = ()
-        if hooks is not None and stage is not None and outcome.phase == "ready":
-            after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
-            if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
-                events.append(("Warning", after.reason, after.message))
-                conditions = ((CONDITION, False, after.reason, after.message),)
+    prepared = await desired(rt.kube, cr, chart_ref, chart, hooks)
+    if isinstance(prepared, HookResult):
+        return _hook_failed(prepared, None)
+    if isinstance(prepared, Outcome):
+        if prepared.permanent:
+            attempts = next_attempts(attempts_from_status(cr.status), prepared, time.time())
+            result = _stall(cr, prepared)
+            return Result(result.outcome, events=result.events, attempts=attempts)
+        return _stall(cr, prepared)
+    target = prepared
+    attempts = max(
+        attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
+    )
+    rt.settled.pop(key, None)
+    ident, since = target.ident, time.monotonic()
+    fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None
+    release, state, p = await _decide(rt, target, attempts, events)
+    log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
+    act = ACTIONS.get(p.action)
+    if act is None:
+        result = _without_action(cr, target, release, state, p, attempts, events)
+        if result.outcome.phase == "ready" and fingerprint is not None and hooks is None:
+            settled = Settled(cr.uid, cr.generation, chart, fingerprint, since)
+            return dataclasses.replace(result, settled=settled)
+        return result
+    if rt.draining:
+        outcome = Outcome("progressing", "ShuttingDown", "operator is shutting down")
+        return Result(outcome, retry_after=5, events=tuple(events))
+    stage = HOOK_STAGE.get(p.action)
+    if hooks is not None and stage is not None:
+        before = await hooks.around("before", stage, watch, cr.body, target.values, release)
+        if not before.ok:
+            return _hook_failed(before, target.digest)
+    scopes = await asyncio.to_thread(rt.discovery.scopes)
+    async with _progress_announced(rt, cr, p) as announced, _deletion_watch(rt, cr) as abort:
+        outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
+    if rt.releases is not None:
+        rt.releases.forget(ident.namespace, ident.name)
+        if outcome.release is not None:
+            rt.releases.remember(outcome.release)
+    conditions: tuple[Update, ...] = ()
+    if hooks is not None and stage is not None and outcome.phase == "ready":
+        after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
+        if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
+            events.append(("Warning", after.reason, after.message))
+            conditions = ((CONDITION, False, after.reason, after.message),)
     result = _report(rt, key, attempts, outcome, events)
     return Result(
         result.outcome, result.retry_after, result.events, result.attempts, conditions, announced.is_set()

@@ -1,0 +1,69 @@
+"""A release's parsed manifest: what readiness reads and dependent watches need, cached per
+revision without copies; whole objects copied for callers who change them."""
+
+from __future__ import annotations
+
+import pytest
+
+from helm_operator.drift import check
+from helm_operator.drift.check import ObjectId, manifest_ids, manifest_objects
+from helm_operator.release.record import StoredRelease
+
+MANIFEST = """
+---
+# Source: web/templates/cm.yaml
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web
+data: {a: "1"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: other
+spec: {replicas: 2}
+---
+# an empty document and a list are not objects
+"""
+
+
+def release(revision: int, name: str = "web") -> StoredRelease:
+    return StoredRelease(name, "ns", revision, "deployed", manifest=MANIFEST)
+
+
+def test_ids_name_every_object_as_the_manifest_does() -> None:
+    ids = manifest_ids(release(1))
+    assert ids == (
+        ObjectId("v1", "ConfigMap", None, "web"),
+        ObjectId("apps/v1", "Deployment", "other", "web"),
+    )
+    assert ids[1].doc() == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "other"},
+    }
+    assert ids[0].doc()["metadata"] == {"name": "web"}  # the release namespace is the reader's
+
+
+def test_objects_are_copies_a_caller_may_change() -> None:
+    first = manifest_objects(release(2))
+    first[0]["data"]["a"] = "changed"
+    assert manifest_objects(release(2))[0]["data"] == {"a": "1"}
+    assert first[0]["metadata"]["annotations"]["meta.helm.sh/release-name"] == "web"
+
+
+def test_caches_keep_the_most_recently_used_revisions_within_their_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(check, "_PARSED_MAX", 2)
+    monkeypatch.setattr(check, "_REFS_MAX", 3)
+    check._PARSED.clear()
+    check._REFS.clear()
+    for revision in range(10, 15):
+        manifest_ids(release(revision))
+    manifest_ids(release(12))  # used again: kept, the oldest others go
+    manifest_ids(release(15))
+    assert list(check._REFS) == [("ns", "web", 14), ("ns", "web", 12), ("ns", "web", 15)]
+    assert len(check._PARSED) == 2
