@@ -54,8 +54,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where availab
 _Revision = tuple[str, str, int]  # (namespace, release, revision)
 _PARSED: OrderedDict[_Revision, list[dict[str, Any]]] = OrderedDict()
 _PARSED_MAX = 512  # whole objects: a few KiB each
-_REFS: OrderedDict[_Revision, tuple[ObjectId, ...]] = OrderedDict()
-_REFS_MAX = 8192  # four strings an object: one per release of a large operator
+_IDS: OrderedDict[_Revision, tuple[ObjectId, ...]] = OrderedDict()
+_IDS_MAX = 8192  # four strings an object: one per release of a large operator
 
 
 class ObjectId(NamedTuple):
@@ -118,7 +118,7 @@ def manifest_ids(release: StoredRelease) -> tuple[ObjectId, ...]:
         )
 
     found: tuple[ObjectId, ...] = _cached(
-        _REFS, (release.namespace, release.name, release.revision), _REFS_MAX, ids
+        _IDS, (release.namespace, release.name, release.revision), _IDS_MAX, ids
     )
     return found
 

@@ -58,12 +58,12 @@ def test_caches_keep_the_most_recently_used_revisions_within_their_bounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(check, "_PARSED_MAX", 2)
-    monkeypatch.setattr(check, "_REFS_MAX", 3)
+    monkeypatch.setattr(check, "_IDS_MAX", 3)
     check._PARSED.clear()
-    check._REFS.clear()
+    check._IDS.clear()
     for revision in range(10, 15):
         manifest_ids(release(revision))
     manifest_ids(release(12))  # used again: kept, the oldest others go
     manifest_ids(release(15))
-    assert list(check._REFS) == [("ns", "web", 14), ("ns", "web", 12), ("ns", "web", 15)]
+    assert list(check._IDS) == [("ns", "web", 14), ("ns", "web", 12), ("ns", "web", 15)]
     assert len(check._PARSED) == 2
