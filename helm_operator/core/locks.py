@@ -75,15 +75,6 @@ class Concurrency:
         return slots.waiting if slots is not None else 0
 
     @contextlib.asynccontextmanager
-    async def slot(self, kind_key: str) -> AsyncIterator[None]:
-        slots = self._slots.get(kind_key)
-        if slots is None:
-            yield
-            return
-        async with slots.hold():
-            yield
-
-    @contextlib.asynccontextmanager
     async def release(self, kind_key: str, release_key: str) -> AsyncIterator[Turn]:
         """The release's lock, then the kind's slot: waiting for a busy release (a long backup
         hook) never holds a slot other resources of the kind could use."""
