@@ -318,7 +318,7 @@ class Handlers:
 
 async def _together(writes: list[Coroutine[Any, Any, Any]]) -> None:
     """Run independent API writes at once (an action's Events and its status: one round trip, not
-    two, while the resource's slot is held); every write finishes, the first error is raised."""
+    two, while the release's lock is held); every write finishes, the first error is raised."""
     results = await asyncio.gather(*writes, return_exceptions=True)
     for r in results:
         if isinstance(r, BaseException):
