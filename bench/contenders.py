@@ -1,7 +1,8 @@
 """The three contenders, behind one small interface the scenarios drive.
 
 - ``ours``: this project's operator, started as users start it (``python -m helm_operator.cli
-  run``) with the pinned helm v4 behind a small shell wrapper that logs every invocation.
+  run``) with the pinned helm v4 behind a small shell wrapper that logs every invocation, from a
+  virtualenv with its runtime dependencies only, as the image has them (see bench.runtime_env).
 - ``helm`` (the floor): no operator at all, ``helm upgrade --install`` processes in a thread pool.
   Nothing can deploy a chart with the helm binary faster, so it is the reference for ratios.
 - ``sdk`` (the peer): the Operator SDK's Helm operator, built from its Go module by bench.sdk.
@@ -29,7 +30,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from bench import profile, sdk, workload
+from bench import profile, runtime_env, sdk, workload
 from bench.cluster import BenchCluster
 from bench.measure import own_cpu_seconds, parse_counter, tree_cpu_seconds
 from helm_operator.dev.tools import REPO_ROOT, Toolchain
@@ -353,12 +354,18 @@ class Ours(OperatorContender):
         self.port = 0
         self.profiles: Path | None = None  # set: py-spy samples every start into this folder
         self._spy: subprocess.Popen[bytes] | None = None
+        self.python = sys.executable  # replaced in prepare() by the runtime-only virtualenv's
+
+    def prepare(self, say: Callable[[str], None]) -> None:
+        self.python = runtime_env.python(say)
+        super().prepare(say)
 
     def command(self) -> str:
         return (
             "`python -m helm_operator.cli run --watches-file watches.yaml --helm <helm v4 wrapper> "
             f"--max-helm-processes {self.concurrency} --namespace NS --health-probe-bind-address "
-            f"127.0.0.1:PORT` (watch: `maxConcurrentReconciles: {self.concurrency}`, `wait: false`)"
+            f"127.0.0.1:PORT` (watch: `maxConcurrentReconciles: {self.concurrency}`, `wait: false`), "
+            "from a virtualenv with the runtime dependencies only, at the versions below"
         )
 
     def versions(self) -> dict[str, str]:
@@ -392,7 +399,7 @@ class Ours(OperatorContender):
     def start(self) -> None:
         self.port = free_port()
         cmd = [
-            sys.executable,
+            self.python,
             "-m",
             "helm_operator.cli",
             "run",

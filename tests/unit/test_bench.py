@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench import merge, report, stats, workload
+from bench import merge, report, runtime_env, stats, workload
 from bench.contenders import reconciled_releases
 from bench.measure import (
     ProcStat,
@@ -537,3 +537,21 @@ def test_merged_runs_name_each_run_s_value_of_a_machine_fact_they_differ_in() ->
     text = report.render(merged)
     assert "| CPU model | AMD EPYC (run 1) / Intel Xeon (run 2) |" in text
     assert "| load average at start (1/5/15 min) |" not in text  # per run, in the table of runs
+
+
+# -- the runtime-only environment ours runs in ---------------------------------------------------
+
+
+def test_runtime_env_pins_the_runtime_closure_without_the_test_extras(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["PyYAML>=6", "deepdiff>=8"]\n')
+    pins = runtime_env.closure(runtime_env.requirements(pyproject))
+    assert "pyyaml" in pins and "deepdiff" in pins
+    assert "orderly-set" in pins  # deepdiff's own dependency is followed
+    assert "numpy" not in pins and "matplotlib" not in pins  # installed here, but only as test extras
+    assert "kopf" not in pins  # only what the named packages need
+
+
+def test_runtime_env_names_a_missing_dependency(tmp_path: Path) -> None:
+    with pytest.raises(runtime_env.RuntimeEnvError, match="no-such-package-xyz"):
+        runtime_env.closure(["No_Such.Package-xyz>=1"])
