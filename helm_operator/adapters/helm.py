@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +159,7 @@ class Helm:
         HELM_QUEUE.set_function(lambda: self._slots.waiting)
         self._postrender_ready = False
         self._major: int | None = None  # helm's major version, learnt with the post-renderer's layout
-        self._postrender_server: postrender.Server | None = None
+        self._scopes_written: dict[str, bool] | None = None  # what the post-renderer's scopes file holds
         self._postrender_lock = asyncio.Lock()
 
     def _command(self, executable: str) -> _Command:
@@ -190,7 +189,7 @@ class Helm:
         HELM_PROCESSES.labels(command="version").inc()
         major = (await asyncio.to_thread(self._cmd.client_version)).major
         self._major = major
-        self._postrender_server = postrender.Server(postrender.install(workdir)).start()
+        postrender.install(workdir)
         real = shutil.which(self.settings.executable) or self.settings.executable
         env = [f'PATH="{workdir / "bin"}:$PATH"']
         if major >= 4:
@@ -202,12 +201,6 @@ class Helm:
         self._cmd = self._command(str(wrapper))
         self._cmd.invocations = invocations
         self._postrender_ready = True
-
-    def close(self) -> None:
-        """Stop serving post-renders (the operator is exiting)."""
-        if self._postrender_server is not None:
-            self._postrender_server.close()
-            self._postrender_server = None
 
     @property
     def invocations(self) -> int:
@@ -221,8 +214,9 @@ class Helm:
         coro_factory: Any,
         abort: asyncio.Event | None = None,
         needles: Sequence[str] = (),
+        exchange: postrender.Exchange | None = None,
     ) -> Any:
-        async with self._slots.hold():
+        async with self._slots.hold(), exchange.serving() if exchange else contextlib.nullcontext():
             started = time.monotonic()
             try:
                 with _with_args(extra):
@@ -276,23 +270,24 @@ class Helm:
             extra.append("--dry-run=server")
         if labels:
             extra += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
-        verdict = None
+        exchange = None
         postrender_ready = await self._prepare_postrender()
         if server_side and not dry_run and (self._major or 0) >= 4:
             extra.append("--disable-openapi-validation")
         if postrender_ready:
-            assert self.settings.workdir is not None
+            workdir = self.settings.workdir
+            assert workdir is not None
             scopes_file = None
             if scopes is not None:
-                scopes_file = self.settings.workdir / "scopes.json"
-                if not scopes_file.exists() or json.loads(scopes_file.read_text()) != scopes:
+                scopes_file = workdir / "scopes.json"
+                if scopes != self._scopes_written:
                     tmp = scopes_file.with_suffix(f".{os.getpid()}.tmp")
                     tmp.write_text(json.dumps(scopes, sort_keys=True))
                     tmp.replace(scopes_file)
-            verdict = self.settings.workdir / f"verdict-{uuid.uuid4().hex}"
-            extra += postrender.args_for(
-                labels[OWNER_LABEL], owner_ref, namespace, scopes_file, tenant, verdict
-            )
+                    self._scopes_written = dict(scopes)
+            argv = postrender.argv_for(labels[OWNER_LABEL], owner_ref, namespace, scopes_file, tenant)
+            exchange = postrender.Exchange(workdir / "calls", argv)
+            extra += postrender.flags_for(argv, exchange)
         chart_ref: Path | str = chart.path if chart.path is not None else chart.ref
 
         async def go() -> Any:
@@ -314,20 +309,15 @@ class Helm:
                 log.warning("helm upgrade %s printed no release", name)
                 return {}
 
+        needles = ("upgrade", name, "--namespace", namespace)
+        action = "render" if dry_run else "upgrade"
         try:
-            needles = ("upgrade", name, "--namespace", namespace)
-            action = "render" if dry_run else "upgrade"
-            result: dict[str, Any] = await self._call(action, values, extra, go, abort, needles)
+            result: dict[str, Any] = await self._call(action, values, extra, go, abort, needles, exchange)
         except HelmError as exc:
-            # The post-renderer refused objects; Helm 4 does not pass its stderr on, so it also
-            # leaves its verdict in a file.
-            found = verdict.read_text() if verdict is not None and verdict.exists() else ""
-            if found:
-                raise HelmError(classify(found), tenant_message(found)) from exc
+            # The post-renderer refused objects: its own words (Helm 4 does not pass them on).
+            if exchange is not None and exchange.verdict:
+                raise HelmError(classify(exchange.verdict), tenant_message(exchange.verdict)) from exc
             raise
-        finally:
-            if verdict is not None:
-                verdict.unlink(missing_ok=True)
         return result
 
     async def render(

@@ -11,17 +11,23 @@ alongside), nor on objects annotated ``helm.sh/resource-policy: keep``.
 
 Helm 3 runs a post-renderer executable found on ``PATH``; Helm 4 runs a ``postrender/v1`` plugin
 found through ``HELM_PLUGINS``. ``install()`` lays out both under one name, so the same
-``--post-renderer helm-operator-postrender`` flag works with either major version.
+``--post-renderer helm-operator-postrender`` flag works with either major version. The render
+itself runs in the operator's process (:class:`Exchange`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
-import socketserver
+import logging
+import os
+import shlex
+import shutil
 import sys
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,6 +36,8 @@ import yaml
 
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_with_crds, violations
+
+log = logging.getLogger(__name__)
 
 NAME = "helm-operator-postrender"
 EXIT_VIOLATION = 3
@@ -108,7 +116,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", required=True, help="the release namespace")
     parser.add_argument("--scopes", default="", help="JSON file: {'<group>/<Kind>': namespaced}")
     parser.add_argument("--tenant", default="", help="tenant rules as JSON (omit: not enforced)")
-    parser.add_argument("--verdict", default="", help="file to write violations to (Helm 4 drops stderr)")
     return parser
 
 
@@ -127,8 +134,6 @@ def render(argv: Sequence[str], manifest: bytes) -> tuple[int, bytes, str]:
     found = violations(docs, args.namespace, scopes, rules)
     if found:
         lines = [f"helm-operator: {v}" for v in found]
-        if args.verdict:
-            Path(args.verdict).write_text("\n".join(lines) + "\n")
         return EXIT_VIOLATION, b"", "\n".join(lines) + "\n"
     marked = mark(docs, args.owner, owner_ref, args.namespace, scopes)
     out = yaml.dump_all(marked, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
@@ -144,114 +149,155 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    """One request of the client: ``<size>\\n`` and the NUL-separated arguments, then the stream
-    until the client shuts its side down. The answer: ``<exit code> <stderr size>\\n``, stderr,
-    then the changed stream."""
+class Exchange:
+    """One post-render served inside the operator.
 
-    def handle(self) -> None:
-        try:
-            size = int(self.rfile.readline())
-            argv = (
-                [a.decode("utf-8", "surrogateescape") for a in self.rfile.read(size).split(b"\0")]
-                if size
-                else []
-            )
-            code, out, err = render(argv, self.rfile.read())
-        except Exception as exc:  # a bug must fail the render with a reason, never hang helm
-            code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
-        stderr = err.encode("utf-8", "backslashreplace")
-        self.wfile.write(b"%d %d\n" % (code, len(stderr)) + stderr + out)
-
-
-class Server:
-    """Post-renders inside the operator process.
-
-    Helm runs a post-renderer process per install or upgrade. Starting a Python interpreter that
-    imports the YAML library and this package costs more CPU than Helm's own work on a small chart,
-    so the process Helm starts is a small stdlib-only client (``python -SI``, no site-packages)
-    that hands the stream to this server over a Unix socket in the operator's private work folder
-    and relays the answer. Without the server (no operator running) the client runs the full
-    post-renderer itself.
+    Helm starts a post-renderer process per install or upgrade. A Python interpreter importing
+    the YAML library costs more CPU than Helm's own work on a small chart, so the process Helm
+    starts is a shell script (``sh`` and two ``cat``) that meets the operator in a folder of its
+    own for this call: it writes Helm's stream into the FIFO ``in``, waits for the exit code on
+    the FIFO ``code``, and prints ``out`` (or ``err``). The operator holds both FIFOs open from
+    before helm starts until it ends, so neither side ever waits for the other to open, and an
+    ended call (helm failed, timed out, or was stopped) leaves no process blocked on them.
     """
 
-    def __init__(self, socket_path: Path) -> None:
-        socket_path.unlink(missing_ok=True)
-        self.path = socket_path
-        self._server = socketserver.ThreadingUnixStreamServer(str(socket_path), _Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="postrender", daemon=True)
+    def __init__(self, root: Path, argv: Sequence[str]) -> None:
+        self.path = root / f"call-{uuid.uuid4().hex}"  # laid out only while the call is served
+        self.argv = list(argv)
+        self.verdict = ""  # what a refused render said (Helm 4 drops a post-renderer's stderr)
+        self._in = self._code = -1
 
-    def start(self) -> Server:
-        self._thread.start()
-        return self
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[Exchange]:
+        """Serve the call while helm runs (enter it with helm's slot, so queued calls hold no file
+        descriptors); everything is closed and removed when it ends."""
+        self.path.mkdir(parents=True, mode=0o700)
+        try:
+            os.mkfifo(self.path / "in", 0o600)
+            os.mkfifo(self.path / "code", 0o600)
+            # Read end without a writer yet: polls as not readable until the script opens it.
+            self._in = os.open(self.path / "in", os.O_RDONLY | os.O_NONBLOCK)
+            # Read-write: the script's read end opens at once, and what is written waits there.
+            self._code = os.open(self.path / "code", os.O_RDWR)
+        except OSError:
+            self._close()
+            raise
+        task = asyncio.ensure_future(self._serve())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # the answer was never written: the script failed the render
+                log.exception("post-render exchange %s failed", self.path.name)
+            self._close()
 
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self.path.unlink(missing_ok=True)
+    async def _serve(self) -> None:
+        stream = await self._receive()
+        try:
+            code, out, err = await asyncio.to_thread(render, self.argv, stream)
+        except Exception as exc:  # a bug must fail the render with a reason, never hang helm
+            code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
+        (self.path / "out").write_bytes(out)
+        (self.path / "err").write_text(err, errors="backslashreplace")
+        self.verdict = err if code else ""
+        os.write(self._code, b"%d\n" % code)
+
+    async def _receive(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        chunks: list[bytes] = []
+
+        def readable() -> None:
+            try:
+                chunk = os.read(self._in, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                loop.remove_reader(self._in)
+                ended.set_exception(exc)
+                return
+            if chunk:
+                chunks.append(chunk)
+            else:  # the script closed its end: the whole stream is in
+                loop.remove_reader(self._in)
+                ended.set_result(None)
+
+        loop.add_reader(self._in, readable)
+        try:
+            await ended
+        finally:
+            loop.remove_reader(self._in)
+        return b"".join(chunks)
+
+    def _close(self) -> None:
+        for fd in (self._in, self._code):  # a script waiting for its code reads end-of-file
+            if fd >= 0:
+                os.close(fd)
+        self._in = self._code = -1
+        # A script that was still opening ``in`` is let through (its write then fails).
+        with contextlib.suppress(OSError):
+            os.close(os.open(self.path / "in", os.O_RDONLY | os.O_NONBLOCK))
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
-# Only built-in modules: importing json and socket took more CPU than the interpreter's start.
-_CLIENT = """# helm-operator's post-renderer client, written by the operator for its own helm processes.
-import _socket, os, sys
-argv = sys.argv[1:]
-s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-try:
-    s.connect({socket!r})
-except OSError:
-    os.execv({python!r}, [{python!r}, "-m", "helm_operator.adapters.postrender", *argv])
-args = b"\\0".join(os.fsencode(a) for a in argv)
-s.sendall(b"%d\\n" % len(args) + args + sys.stdin.buffer.read())
-s.shutdown(_socket.SHUT_WR)
-chunks = []
-while chunk := s.recv(1 << 16):
-    chunks.append(chunk)
-head, _, rest = b"".join(chunks).partition(b"\\n")
-try:
-    code, size = (int(x) for x in head.split())
-except ValueError:
-    sys.exit("helm-operator: the operator's post-renderer gave no answer (is it shutting down?)")
-sys.stderr.buffer.write(rest[:size])
-sys.stdout.buffer.write(rest[size:])
-sys.exit(code)
+# The process helm starts. Given no exchange folder (a helm call the operator does not serve),
+# it runs the whole post-renderer in Python.
+_SCRIPT = """#!/bin/sh
+# helm-operator's post-renderer, written by the operator for its own helm processes.
+case "$1" in --exchange=*) d="${{1#--exchange=}}"; shift ;; *) d= ;; esac
+if [ -z "$d" ] || [ ! -p "$d/in" ]; then
+    exec {python} -m helm_operator.adapters.postrender "$@"
+fi
+cat > "$d/in" || exit 1
+if ! IFS= read -r code < "$d/code"; then
+    echo "helm-operator: the operator's post-renderer gave no answer (is it shutting down?)" >&2
+    exit 1
+fi
+if [ "$code" != 0 ]; then
+    cat "$d/err" >&2
+    exit "$code"
+fi
+exec cat "$d/out"
 """
 
 
-def args_for(
+def argv_for(
     owner: str,
     owner_ref: Mapping[str, Any] | None,
     namespace: str,
     scopes_file: Path | None,
     rules: TenantRules,
-    verdict: Path | None = None,
 ) -> list[str]:
-    """The ``--post-renderer*`` flags for one release (Helm 3 and 4 alike)."""
-    out = ["--post-renderer", NAME]
-    values = [f"--owner={owner}", f"--namespace={namespace}"]
-    if verdict is not None:
-        values.append(f"--verdict={verdict}")
+    """The post-renderer's own arguments for one release."""
+    argv = [f"--owner={owner}", f"--namespace={namespace}"]
     if owner_ref:
-        values.append("--owner-ref=" + json.dumps(dict(owner_ref), separators=(",", ":")))
+        argv.append("--owner-ref=" + json.dumps(dict(owner_ref), separators=(",", ":")))
     if scopes_file is not None:
-        values.append(f"--scopes={scopes_file}")
+        argv.append(f"--scopes={scopes_file}")
     if rules.enforce:
-        values.append("--tenant=" + json.dumps(asdict(rules), separators=(",", ":")))
-    for v in values:
-        out += ["--post-renderer-args", v]
+        argv.append("--tenant=" + json.dumps(asdict(rules), separators=(",", ":")))
+    return argv
+
+
+def flags_for(argv: Sequence[str], exchange: Exchange | None = None) -> list[str]:
+    """Helm's ``--post-renderer*`` flags (Helm 3 and 4 alike); ``exchange``: served by the operator."""
+    out = ["--post-renderer", NAME]
+    for value in ([f"--exchange={exchange.path}"] if exchange else []) + list(argv):
+        out += ["--post-renderer-args", value]
     return out
 
 
-def install(base: Path, python: str = sys.executable) -> Path:
-    """Write the client executable (``base/bin``, for Helm 3) and the Helm 4 plugin
-    (``base/plugins``); returns the socket path the client connects to (see ``Server``)."""
+def install(base: Path, python: str = sys.executable) -> None:
+    """Write the post-renderer executable (``base/bin``, for Helm 3) and the Helm 4 plugin
+    (``base/plugins``); each call is then served through an :class:`Exchange`."""
     bindir, plugin = base / "bin", base / "plugins" / NAME
     bindir.mkdir(parents=True, exist_ok=True)
     plugin.mkdir(parents=True, exist_ok=True)
-    sock, client = base / "postrender.sock", base / "postrender-client.py"
-    client.write_text(_CLIENT.format(python=python, socket=str(sock)))
-    # Through sh rather than a shebang: an interpreter path may hold spaces or exceed its limit.
-    script = f'#!/bin/sh\nexec "{python}" -SI "{client}" "$@"\n'
+    script = _SCRIPT.format(python=shlex.quote(python))
     for exe in (bindir / NAME, plugin / NAME):
         exe.write_text(script)
         exe.chmod(0o755)
@@ -268,7 +314,6 @@ def install(base: Path, python: str = sys.executable) -> Path:
             sort_keys=False,
         )
     )
-    return sock
 
 
 if __name__ == "__main__":

@@ -345,7 +345,6 @@ class App:
         return 0
 
     def close(self) -> None:
-        """Stop the post-render server and remove its folder (every start makes its own)."""
-        self.helm.close()
+        """Remove the operator's work folder (every start makes its own)."""
         with contextlib.suppress(OSError):
             shutil.rmtree(self.workdir)

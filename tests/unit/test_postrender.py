@@ -1,15 +1,27 @@
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from helm_operator.adapters.postrender import EXIT_VIOLATION, NAME, Server, args_for, install, main, mark
+from helm_operator.adapters import postrender
+from helm_operator.adapters.postrender import (
+    EXIT_VIOLATION,
+    NAME,
+    Exchange,
+    argv_for,
+    flags_for,
+    install,
+    main,
+    mark,
+)
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules, scopes_with_crds, violations
 
@@ -106,57 +118,112 @@ def test_main_reads_a_manifest_stream_and_refuses_violations(
     assert "helm-operator: NamespaceViolation: ConfigMap/x targets namespace 'kube-system'" in out.err
 
 
-def test_args_for_works_for_both_helm_majors(tmp_path: Path) -> None:
-    args = args_for("o", REF, "ns", tmp_path / "scopes.json", TenantRules(allowed_namespaces=("b",)))
-    assert args[:2] == ["--post-renderer", "helm-operator-postrender"]
-    assert args.count("--post-renderer-args") == 5
-    tenant = next(a for a in args if a.startswith("--tenant="))
+def test_flags_work_for_both_helm_majors(tmp_path: Path) -> None:
+    argv = argv_for("o", REF, "ns", tmp_path / "scopes.json", TenantRules(allowed_namespaces=("b",)))
+    tenant = next(a for a in argv if a.startswith("--tenant="))
     assert json.loads(tenant.split("=", 1)[1]) == {
         "enforce": True,
         "allowed_namespaces": ["b"],
         "allow_cluster_scoped": False,
     }
-    assert "--tenant=" not in " ".join(args_for("o", None, "ns", None, NOT_ENFORCED))
+    assert "--tenant=" not in " ".join(argv_for("o", None, "ns", None, NOT_ENFORCED))
+    flags = flags_for(argv)
+    assert flags[:2] == ["--post-renderer", NAME]
+    assert flags[3::2] == argv and flags.count("--post-renderer-args") == len(argv) == 5
 
 
-def test_the_client_helm_starts_hands_the_stream_to_the_server_in_the_operator(tmp_path: Path) -> None:
-    sock = install(tmp_path)
-    client = tmp_path / "bin" / NAME
-    stream = yaml.safe_dump_all([cm("a", None), cm("b", "kube-system")]).encode()
-    args = ["--owner", "o", "--namespace", "ns", "--tenant={}"]
+def _run_script(script: Path, argv: list[str], stream: bytes) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([str(script), *argv], input=stream, capture_output=True, timeout=30)
 
-    def run(*argv: str, data: bytes = stream) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run([str(client), *argv], input=data, capture_output=True, timeout=30)
 
-    server = Server(sock).start()
-    try:
-        served = run(*args)
-        assert served.returncode == EXIT_VIOLATION
-        assert b"NamespaceViolation: ConfigMap/b targets namespace 'kube-system'" in served.stderr
-        ok = run("--owner", "o", "--namespace", "ns", data=yaml.safe_dump(cm("a", None)).encode())
-        assert ok.returncode == 0, ok.stderr
-        [doc] = yaml.safe_load_all(ok.stdout)
-        assert doc["metadata"]["labels"] == {OWNER_LABEL: "o"}
-        # Arguments reach the server byte for byte (spaces, quotes, non-ASCII).
-        scopes = tmp_path / "scopes é.json"
-        scopes.write_text(json.dumps({"/ConfigMap": True}))
-        ref = {"apiVersion": "x.io/v1", "kind": "Wéb", "name": "a b", "uid": 'u "1"'}
-        owned = run(
-            "--owner",
-            "o",
-            "--namespace",
-            "ns",
-            "--owner-ref=" + json.dumps(ref),
-            f"--scopes={scopes}",
-            data=yaml.safe_dump(cm("a", None)).encode(),
+def test_the_script_helm_starts_hands_the_stream_to_the_operator(tmp_path: Path) -> None:
+    install(tmp_path)
+    script = tmp_path / "plugins" / NAME / NAME
+    # Several pipe buffers' worth, so both sides must keep reading while the other writes.
+    big = [{**cm(f"c{i}"), "data": {"k": "v" * 2000}} for i in range(100)]
+    stream = yaml.safe_dump_all(big).encode()
+    scopes = tmp_path / "scopes.json"
+    scopes.write_text(json.dumps(SCOPES))
+    argv = argv_for("o", REF, "ns", scopes, NOT_ENFORCED)
+
+    async def served(argv: list[str], stream: bytes) -> tuple[subprocess.CompletedProcess[bytes], Exchange]:
+        exchange = Exchange(tmp_path / "calls", argv)
+        async with exchange.serving():
+            done = await asyncio.to_thread(_run_script, script, flags_for(argv, exchange)[3::2], stream)
+        assert not exchange.path.exists()  # every call cleans up after itself
+        return done, exchange
+
+    done, exchange = asyncio.run(served(argv, stream))
+    assert done.returncode == 0, done.stderr
+    docs = list(yaml.safe_load_all(done.stdout))
+    assert [d["metadata"]["name"] for d in docs] == [f"c{i}" for i in range(100)]
+    assert all(d["metadata"]["labels"] == {OWNER_LABEL: "o"} for d in docs)
+    assert docs[0]["metadata"]["ownerReferences"] == [REF] and exchange.verdict == ""
+
+    refused, exchange = asyncio.run(
+        served(
+            argv_for("o", None, "ns", None, TenantRules()), yaml.safe_dump(cm("b", "kube-system")).encode()
         )
-        assert owned.returncode == 0, owned.stderr
-        assert yaml.safe_load(owned.stdout)["metadata"]["ownerReferences"] == [ref]
-        bad = run("--namespace", "ns")
-        assert bad.returncode == 2 and b"the following arguments are required: --owner" in bad.stderr
-    finally:
-        server.close()
-    # No server (no operator): the client runs the whole post-renderer itself, with the same answer.
-    alone = run("--owner", "o", "--namespace", "ns", data=yaml.safe_dump(cm("a", None)).encode())
-    assert alone.returncode == 0, alone.stderr
-    assert yaml.safe_load(alone.stdout)["metadata"]["labels"] == {OWNER_LABEL: "o"}
+    )
+    assert refused.returncode == EXIT_VIOLATION and refused.stdout == b""
+    found = "helm-operator: NamespaceViolation: ConfigMap/b targets namespace 'kube-system'"
+    assert found in refused.stderr.decode() and found in exchange.verdict
+
+    bad, exchange = asyncio.run(served(["--namespace=ns"], stream))
+    assert bad.returncode == 2 and "the following arguments are required: --owner" in exchange.verdict
+
+
+def test_an_ended_call_leaves_nothing_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install(tmp_path)
+    script = tmp_path / "bin" / NAME
+
+    async def helm_fails_before_post_rendering() -> Exchange:
+        exchange = Exchange(tmp_path / "calls", argv_for("o", None, "ns", None, NOT_ENFORCED))
+        async with exchange.serving():
+            await asyncio.sleep(0.05)
+        return exchange
+
+    started = time.monotonic()
+    assert not asyncio.run(helm_fails_before_post_rendering()).path.exists()
+    assert time.monotonic() - started < 5
+
+    def slow_render(argv: object, stream: bytes) -> tuple[int, bytes, str]:
+        time.sleep(2)
+        return 0, stream, ""
+
+    monkeypatch.setattr(postrender, "render", slow_render)
+
+    async def helm_stopped_while_post_rendering() -> subprocess.CompletedProcess[bytes]:
+        exchange = Exchange(tmp_path / "calls", argv_for("o", None, "ns", None, NOT_ENFORCED))
+        async with exchange.serving():
+            proc = await asyncio.create_subprocess_exec(
+                str(script),
+                *flags_for(exchange.argv, exchange)[3::2],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            assert proc.stdin is not None
+            proc.stdin.write(yaml.safe_dump(cm("a")).encode())
+            proc.stdin.close()
+            await asyncio.sleep(0.5)  # the stream is in; the script waits for its answer
+        out, err = await asyncio.wait_for(proc.communicate(), 5)
+        return subprocess.CompletedProcess([], proc.returncode or 0, out, err)
+
+    stopped = asyncio.run(helm_stopped_while_post_rendering())
+    assert stopped.returncode == 1 and stopped.stdout == b""
+    assert b"the operator's post-renderer gave no answer" in stopped.stderr
+
+
+def test_without_the_operator_the_script_post_renders_by_itself(tmp_path: Path) -> None:
+    install(tmp_path)
+    script = tmp_path / "bin" / NAME
+    scopes = tmp_path / "scopes é.json"  # arguments reach it byte for byte
+    scopes.write_text(json.dumps({"/ConfigMap": True}))
+    ref = {"apiVersion": "x.io/v1", "kind": "Wéb", "name": "a b", "uid": 'u "1"'}
+    argv = argv_for("o", ref, "ns", scopes, NOT_ENFORCED)
+    for flags in (argv, [f"--exchange={tmp_path / 'calls' / 'gone'}", *argv]):
+        alone = _run_script(script, flags, yaml.safe_dump(cm("a")).encode())
+        assert alone.returncode == 0, alone.stderr
+        meta = yaml.safe_load(alone.stdout)["metadata"]
+        assert meta["labels"] == {OWNER_LABEL: "o"} and meta["ownerReferences"] == [ref]
