@@ -196,15 +196,20 @@ class Exchange:
             self._close()
 
     async def _serve(self) -> None:
-        stream = await self._receive()
-        try:
-            code, out, err = await asyncio.to_thread(render, self.argv, stream)
-        except Exception as exc:  # a bug must fail the render with a reason, never hang helm
-            code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
-        (self.path / "out").write_bytes(out)
-        (self.path / "err").write_text(err, errors="backslashreplace")
-        self.verdict = err if code else ""
-        os.write(self._code, b"%d\n" % code)
+        while True:  # once per helm call today; a helm that post-rendered twice is served twice
+            stream = await self._receive()
+            try:
+                code, out, err = await asyncio.to_thread(render, self.argv, stream)
+            except Exception as exc:  # a bug must fail the render with a reason, never hang helm
+                code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
+            (self.path / "out").write_bytes(out)
+            (self.path / "err").write_text(err, errors="backslashreplace")
+            self.verdict = self.verdict or (err if code else "")
+            # A fresh read end, which polls as not readable until the next writer comes.
+            os.close(self._in)
+            self._in = -1
+            self._in = os.open(self.path / "in", os.O_RDONLY | os.O_NONBLOCK)
+            os.write(self._code, b"%d\n" % code)
 
     async def _receive(self) -> bytes:
         loop = asyncio.get_running_loop()

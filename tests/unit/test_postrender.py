@@ -153,6 +153,17 @@ def test_the_script_helm_starts_hands_the_stream_to_the_operator(tmp_path: Path)
         assert not exchange.path.exists()  # every call cleans up after itself
         return done, exchange
 
+    async def twice() -> list[subprocess.CompletedProcess[bytes]]:
+        exchange = Exchange(tmp_path / "calls", argv)
+        async with exchange.serving():
+            flags = flags_for(argv, exchange)[3::2]
+            return [await asyncio.to_thread(_run_script, script, flags, stream) for _ in range(2)]
+
+    # A helm that post-rendered twice in one call would be answered twice, never left waiting.
+    assert [(c.returncode, c.stdout.count(b"kind: ConfigMap")) for c in asyncio.run(twice())] == [
+        (0, 100)
+    ] * 2
+
     done, exchange = asyncio.run(served(argv, stream))
     assert done.returncode == 0, done.stderr
     docs = list(yaml.safe_load_all(done.stdout))
