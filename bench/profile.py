@@ -155,7 +155,7 @@ def render(summary: dict[str, Any]) -> list[str]:
         f"{summary['files']} start(s) of this run: {summary['samples']} samples running Python code "
         f"(~{summary['cpu_seconds']:.0f} s); "
         f"{summary.get('waiting_samples', 0)} more found a thread waiting (in select, a socket read, a "
-        "condition) and are left out. Helm and the post-renderer client are other processes. The "
+        "condition) and are left out. Helm and the post-renderer script are other processes. The "
         "sampler's own CPU competes with the contenders: read timings of a profiled run with care.",
         "",
         "| package of the running frame | share |",

@@ -554,7 +554,7 @@ def render(results: dict[str, Any], plots: dict[str, str] | None = None) -> str:
         'the workloads are ready (`Ready=True`), which the SDK does not: "all Ready s" is when every CR',
         "said so, which waits for the cluster's controllers and KWOK to roll the Pods out. CPU is counted",
         'until then: "CPU s" is the contender\'s whole process tree (helm included), "operator\'s own',
-        'CPU s" the operator process alone (for ours: everything but helm and the post-renderer client).',
+        'CPU s" the operator process alone (for ours: everything but helm and the post-renderer script).',
         "",
         *_wave_table(results, "convergence"),
         *_helm_breakdown(results, "convergence"),

@@ -105,7 +105,7 @@ class _ArgumentError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # in the server: an answer, not an exit
+    def error(self, message: str) -> NoReturn:  # in the operator: an answer, not an exit
         raise _ArgumentError(f"{self.prog}: {message}")
 
 
