@@ -49,7 +49,7 @@ class _Scope:
 
     def __init__(self, api: client.ApiClient, namespace: str | None, index: ReleaseIndex) -> None:
         self.api, self.namespace, self.index = api, namespace, index
-        self.failures = 0
+        self.failures, self.failing_since = 0, 0.0  # consecutive failed attempts (API server away)
         self.forbidden = False  # the last attempt was refused (403): said once, retried rarely
         self.thread = threading.Thread(
             target=self._run, name=f"release-index-{namespace or 'all'}", daemon=True
@@ -102,6 +102,8 @@ class _Scope:
         if again:  # 410 Gone: the resourceVersion expired, list again at once
             return
         self.failures += 1
+        if self.failures == 1:
+            self.failing_since = time.monotonic()
         if self.failures == 1 or self.failures % 10 == 0:
             log.warning("watch of Helm's release storage failed (%d in a row): %s", self.failures, why)
         self.index.stopped.wait(min(RETRY_CAP, RETRY_BASE * 2 ** (self.failures - 1)))
@@ -111,6 +113,12 @@ class _Scope:
         listing = json.loads(resp.data)
         rv = listing["metadata"]["resourceVersion"]
         self.index.listed(self.namespace, listing.get("items") or [])
+        if self.failures:
+            log.info(
+                "watch of Helm's release storage is back after %d failed attempts (%.0fs)",
+                self.failures,
+                time.monotonic() - self.failing_since,
+            )
         self.failures = 0
         while not self.index.stopped.is_set():
             resp = self._request(
