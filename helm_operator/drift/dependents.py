@@ -223,13 +223,23 @@ class KindWatch:
         return seen(obj)
 
     def _listed(self, fresh: dict[tuple[str, str], Any]) -> None:
-        """A full listing (at start, and after a watch gap): owners whose objects changed meanwhile."""
+        """A full listing (at start, and after a watch gap): owners whose objects changed meanwhile.
+
+        The first listing of a kind compares with nothing, yet a release may have read its
+        workloads' readiness just before it (the watch starts when the first release of the kind
+        is checked): a workload that became ready in between would otherwise wait for the resync.
+        So the owners of the workloads it lists are told to read readiness again (a check only
+        for resources that are tracked, i.e. the few handled since the watch started)."""
+        first = not self.synced.is_set()
         changed = relist_changes(self.cache, fresh)  # empty on the first listing
         self.cache = fresh
         self.synced.set()
         self.live = True
         for owner in changed:
             self._notify(owner, "changed")
+        if first and self.kind[1] in WORKLOAD_KINDS:
+            for owner in sorted({s.owner for s in fresh.values() if s.owner} - changed):
+                self._notify(owner, "readiness")
         DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
 
     def _handle(self, etype: str, obj: Mapping[str, Any]) -> None:

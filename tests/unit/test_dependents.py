@@ -124,3 +124,19 @@ def test_what_the_watch_reports_for_each_event() -> None:
     unlabelled["metadata"]["labels"] = {}  # someone removed the owner label: the watch sees it go
     w._handle("DELETED", unlabelled)
     assert said[-1] == ("o", "changed") and not w.cache
+
+
+def test_a_kinds_first_listing_asks_its_workloads_owners_to_read_readiness_again() -> None:
+    """A release read its Deployment's readiness just before the watch's first listing: had it
+    become ready in between, only the resync would have told (a minute later)."""
+    said: list[tuple[str, str]] = []
+    w = KindWatch(kube=None, kind=("apps/v1", "Deployment"), notify=lambda o, c: said.append((o, c)))  # type: ignore[arg-type]
+    w._listed({("ns", "a"): _seen("s1", "o1"), ("ns", "b"): _seen("s2", "o2", ready=False)})
+    assert sorted(said) == [("o1", "readiness"), ("o2", "readiness")]
+    said.clear()
+    w._listed({("ns", "a"): _seen("s1", "o1"), ("ns", "b"): _seen("s2", "o2", ready=True)})  # after a gap
+    assert said == [("o2", "changed")]  # only what changed since the last listing
+    cms: list[tuple[str, str]] = []
+    c = KindWatch(kube=None, kind=("v1", "ConfigMap"), notify=lambda o, ch: cms.append((o, ch)))  # type: ignore[arg-type]
+    c._listed({("ns", "c"): _seen("s3", "o3")})
+    assert cms == []  # no readiness to a ConfigMap
