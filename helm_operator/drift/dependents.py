@@ -276,35 +276,43 @@ class KindWatch:
 
 
 class DependentWatches:
-    """Reference-counted watches: owner -> kinds its release uses."""
+    """Reference-counted watches: owner -> kinds its release uses, and how many owners use each kind
+    (every check of a release says which kinds it uses: that must not cost a pass over them all)."""
 
     def __init__(self, kube: Kube, notify: Notify, ours: Iterable[str] = ()) -> None:
         self.kube = kube
         self.notify = notify
         self.ours = frozenset({HELM_FIELD_MANAGER, *ours})  # field managers of Helm's writes
-        self._uses: dict[str, set[Kind]] = {}
+        self._uses: dict[str, frozenset[Kind]] = {}
+        self._users: dict[Kind, int] = {}  # kind -> owners whose release uses it
         self._watches: dict[Kind, KindWatch] = {}
         self._lock = threading.Lock()
 
     def use(self, owner: str, kinds: Iterable[Kind]) -> None:
+        wanted = frozenset(kinds)
         with self._lock:
-            self._uses[owner] = set(kinds)
-            self._sync()
+            if self._uses.get(owner) != wanted:
+                self._count(self._uses.get(owner, frozenset()), -1)
+                self._uses[owner] = wanted
+                self._count(wanted, +1)
 
     def release(self, owner: str) -> None:
         with self._lock:
-            self._uses.pop(owner, None)
-            self._sync()
+            self._count(self._uses.pop(owner, frozenset()), -1)
 
-    def _sync(self) -> None:
-        wanted: set[Kind] = set().union(*self._uses.values()) if self._uses else set()
-        for kind in wanted - set(self._watches):
-            log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], SELECTOR)
-            self._watches[kind] = KindWatch(self.kube, kind, self.notify, self.ours)
-            self._watches[kind].start()
-        for kind in set(self._watches) - wanted:
-            log.info("no release uses %s %s any more: watch stopped", kind[0], kind[1])
-            self._watches.pop(kind).stop()
+    def _count(self, kinds: frozenset[Kind], step: int) -> None:
+        """Start the watch of a kind its first owner uses; stop it when its last one no longer does."""
+        for kind in kinds:
+            users = self._users[kind] = self._users.get(kind, 0) + step
+            if users and kind not in self._watches:
+                log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], SELECTOR)
+                self._watches[kind] = KindWatch(self.kube, kind, self.notify, self.ours)
+                self._watches[kind].start()
+            elif not users:
+                del self._users[kind]
+                if kind in self._watches:
+                    log.info("no release uses %s %s any more: watch stopped", kind[0], kind[1])
+                    self._watches.pop(kind).stop()
 
     def healthy(self, owner: str) -> bool:
         """Whether every kind the owner's release uses is watched, listed and connected."""

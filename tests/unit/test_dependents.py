@@ -3,7 +3,15 @@ from __future__ import annotations
 from typing import Any
 
 from helm_operator.core.naming import OWNER_LABEL
-from helm_operator.drift.dependents import KindWatch, Seen, classify, relist_changes, seen, signature
+from helm_operator.drift.dependents import (
+    DependentWatches,
+    KindWatch,
+    Seen,
+    classify,
+    relist_changes,
+    seen,
+    signature,
+)
 
 OURS = frozenset({"helm"})
 
@@ -140,3 +148,26 @@ def test_a_kinds_first_listing_asks_its_workloads_owners_to_read_readiness_again
     c = KindWatch(kube=None, kind=("v1", "ConfigMap"), notify=lambda o, ch: cms.append((o, ch)))  # type: ignore[arg-type]
     c._listed({("ns", "c"): _seen("s3", "o3")})
     assert cms == []  # no readiness to a ConfigMap
+
+
+def test_a_kinds_watch_runs_while_some_release_uses_it(monkeypatch: Any) -> None:
+    started: list[str] = []
+    stopped: list[str] = []
+    monkeypatch.setattr(KindWatch, "start", lambda self: started.append(self.kind[1]))
+    monkeypatch.setattr(KindWatch, "stop", lambda self: stopped.append(self.kind[1]))
+    deps = DependentWatches(kube=None, notify=lambda o, c: None)  # type: ignore[arg-type]
+    deploy, cm, svc = ("apps/v1", "Deployment"), ("v1", "ConfigMap"), ("v1", "Service")
+    deps.use("a", [deploy, cm])
+    deps.use("b", [deploy])
+    deps.use("a", [deploy, cm])  # every check of a release says it again: nothing starts twice
+    assert sorted(started) == ["ConfigMap", "Deployment"] and stopped == []
+    deps.use("a", [deploy, svc])  # an upgrade dropped the ConfigMap and added a Service
+    assert stopped == ["ConfigMap"] and started[-1] == "Service"
+    deps.release("a")
+    assert sorted(stopped) == ["ConfigMap", "Service"]  # b still uses Deployments
+    deps.release("b")
+    deps.release("b")  # released twice (a deletion seen again): counts never go below zero
+    assert sorted(stopped) == ["ConfigMap", "Deployment", "Service"]
+    assert deps.stats()["kinds"] == {}
+    deps.use("c", [deploy])  # used again after its watch stopped: a new watch
+    assert started.count("Deployment") == 2
