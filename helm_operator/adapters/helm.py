@@ -33,6 +33,7 @@ from helm_operator.core.locks import Slots
 from helm_operator.core.masking import mask
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
+from helm_operator.release.record import ObjectId
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,15 @@ class Rendered:
 
     manifest: str  # YAML stream of the objects Helm applies
     hooks: tuple[Mapping[str, Any], ...] = ()  # Helm's hook records: kind, name, events, manifest
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What ``helm upgrade --install`` did: the release as it printed it (empty: it printed none)
+    and the objects its manifest holds, named by our post-renderer (None: not served by it)."""
+
+    printed: Mapping[str, Any]
+    objects: tuple[ObjectId, ...] | None = None
 
 
 class HelmAborted(RuntimeError):
@@ -257,7 +267,7 @@ class Helm:
         abort: asyncio.Event | None = None,
         dry_run: bool = False,
         server_side: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Applied:
         """``helm upgrade --install``; ``abort`` set while it runs stops helm (SIGTERM) at once.
         ``dry_run``: ``--dry-run=server``, nothing is stored or applied (see :meth:`render`).
 
@@ -318,7 +328,7 @@ class Helm:
             if exchange is not None and exchange.verdict:
                 raise HelmError(classify(exchange.verdict), tenant_message(exchange.verdict)) from exc
             raise
-        return result
+        return Applied(result, exchange.objects if exchange is not None else None)
 
     async def render(
         self,
@@ -337,7 +347,7 @@ class Helm:
         """What :meth:`install_or_upgrade` would make of the release, without making it: the same
         command line, flags and post-renderer, run with ``--dry-run=server`` (templates see the
         cluster, ``lookup`` works, install vs upgrade is decided as for real; nothing is stored)."""
-        result = await self.install_or_upgrade(
+        applied = await self.install_or_upgrade(
             name,
             namespace,
             chart,
@@ -351,6 +361,7 @@ class Helm:
             tenant=tenant,
             dry_run=True,
         )
+        result = applied.printed
         hooks = tuple(h for h in result.get("hooks") or () if isinstance(h, Mapping))
         return Rendered(str(result.get("manifest") or ""), hooks)
 

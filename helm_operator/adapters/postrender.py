@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ import yaml
 
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_with_crds, violations
+from helm_operator.release.record import ObjectId, manifest_ids_of
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,9 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgumentError(f"{self.prog}: {message}")
 
 
+@functools.cache
 def _parser() -> argparse.ArgumentParser:
+    """Built once: parsing leaves it as it was, so renders in several threads share it."""
     parser = _Parser(prog=NAME)
     parser.add_argument("--owner", required=True, help="value of the owner label")
     parser.add_argument("--owner-ref", default="", help="ownerReference as JSON (omit for none)")
@@ -121,10 +125,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def render(argv: Sequence[str], manifest: bytes) -> tuple[int, bytes, str]:
     """One post-render of Helm's manifest stream: (exit code, changed stream, stderr text)."""
+    code, out, err, _ = _render(argv, manifest)
+    return code, out, err
+
+
+def _render(argv: Sequence[str], manifest: bytes) -> tuple[int, bytes, str, tuple[ObjectId, ...]]:
+    """``render``, and the objects the release's manifest will hold (none when refused)."""
     try:
         args = _parser().parse_args(list(argv))
     except _ArgumentError as exc:
-        return 2, b"", f"{exc}\n"
+        return 2, b"", f"{exc}\n", ()
     owner_ref = json.loads(args.owner_ref) if args.owner_ref else None
     rules = TenantRules(**json.loads(args.tenant)) if args.tenant else TenantRules(enforce=False)
     rules = TenantRules(rules.enforce, tuple(rules.allowed_namespaces), rules.allow_cluster_scoped)
@@ -134,10 +144,10 @@ def render(argv: Sequence[str], manifest: bytes) -> tuple[int, bytes, str]:
     found = violations(docs, args.namespace, scopes, rules)
     if found:
         lines = [f"helm-operator: {v}" for v in found]
-        return EXIT_VIOLATION, b"", "\n".join(lines) + "\n"
+        return EXIT_VIOLATION, b"", "\n".join(lines) + "\n", ()
     marked = mark(docs, args.owner, owner_ref, args.namespace, scopes)
     out = yaml.dump_all(marked, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
-    return 0, out.encode(), ""
+    return 0, out.encode(), "", manifest_ids_of(marked)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +175,7 @@ class Exchange:
         self.path = root / f"call-{uuid.uuid4().hex}"  # laid out only while the call is served
         self.argv = list(argv)
         self.verdict = ""  # what a refused render said (Helm 4 drops a post-renderer's stderr)
+        self.objects: tuple[ObjectId, ...] | None = None  # what the manifest holds, once rendered
         self._in = self._code = -1
 
     @contextlib.asynccontextmanager
@@ -199,9 +210,11 @@ class Exchange:
         while True:  # once per helm call today; a helm that post-rendered twice is served twice
             stream = await self._receive()
             try:
-                code, out, err = await asyncio.to_thread(render, self.argv, stream)
+                code, out, err, objects = await asyncio.to_thread(_render, self.argv, stream)
             except Exception as exc:  # a bug must fail the render with a reason, never hang helm
                 code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
+                objects = ()
+            self.objects = objects if code == 0 else None
             (self.path / "out").write_bytes(out)
             (self.path / "err").write_text(err, errors="backslashreplace")
             self.verdict = self.verdict or (err if code else "")

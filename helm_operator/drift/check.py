@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 
@@ -35,7 +35,7 @@ from helm_operator.drift.diff import (
     without_ignored,
 )
 from helm_operator.release.health import WORKLOAD_KINDS, Health, assess
-from helm_operator.release.record import StoredRelease
+from helm_operator.release.record import ObjectId, StoredRelease, object_id
 
 MODES = ("enabled", "warn", "disabled")
 WORKLOADS_NOT_READY = "WorkloadsNotReady"
@@ -56,20 +56,6 @@ _PARSED: OrderedDict[_Revision, list[dict[str, Any]]] = OrderedDict()
 _PARSED_MAX = 512  # whole objects: a few KiB each
 _IDS: OrderedDict[_Revision, tuple[ObjectId, ...]] = OrderedDict()
 _IDS_MAX = 8192  # four strings an object: one per release of a large operator
-
-
-class ObjectId(NamedTuple):
-    """Which object a manifest names, and nothing else of it."""
-
-    api_version: str
-    kind: str
-    namespace: str | None  # as the manifest says (None: the release namespace, if namespaced)
-    name: str
-
-    def doc(self) -> dict[str, Any]:
-        """A minimal manifest object naming it (what ``Kube.get`` needs)."""
-        meta = {"name": self.name, **({"namespace": self.namespace} if self.namespace else {})}
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta}
 
 
 def _cached(cache: OrderedDict[_Revision, Any], key: _Revision, limit: int, make: Callable[[], Any]) -> Any:
@@ -104,18 +90,13 @@ def manifest_objects(release: StoredRelease) -> list[dict[str, Any]]:
 
 def manifest_ids(release: StoredRelease) -> tuple[ObjectId, ...]:
     """Which objects the release has: what a readiness read or the choice of dependent watches
-    needs, kept for many more revisions than whole objects and never copied."""
+    needs, kept for many more revisions than whole objects and never copied. A revision an
+    action just made names them already (its post-render saw them): no parse of its manifest."""
 
     def ids() -> tuple[ObjectId, ...]:
-        return tuple(
-            ObjectId(
-                str(d["apiVersion"]),
-                str(d["kind"]),
-                (d.get("metadata") or {}).get("namespace"),
-                str((d.get("metadata") or {}).get("name")),
-            )
-            for d in _parsed(release)
-        )
+        if release.objects is not None:
+            return release.objects
+        return tuple(object_id(d) for d in _parsed(release))
 
     found: tuple[ObjectId, ...] = _cached(
         _IDS, (release.namespace, release.name, release.revision), _IDS_MAX, ids

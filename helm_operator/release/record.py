@@ -2,15 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, REVISION_LABEL
 
 PENDING_STATUSES = frozenset({"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"})
 # The description the operator writes when it marks a stale pending-* revision failed.
 UNLOCKED_PREFIX = "Unlocked by helm-operator"
+HOOK_ANNOTATION = "helm.sh/hook"  # Helm keeps such objects as hooks, out of the release's manifest
+
+
+class ObjectId(NamedTuple):
+    """Which object a manifest names, and nothing else of it."""
+
+    api_version: str
+    kind: str
+    namespace: str | None  # as the manifest says (None: the release namespace, if namespaced)
+    name: str
+
+    def doc(self) -> dict[str, Any]:
+        """A minimal manifest object naming it (what ``Kube.get`` needs)."""
+        meta = {"name": self.name, **({"namespace": self.namespace} if self.namespace else {})}
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta}
+
+
+def object_id(doc: Mapping[str, Any]) -> ObjectId:
+    meta = doc.get("metadata") or {}
+    return ObjectId(str(doc["apiVersion"]), str(doc["kind"]), meta.get("namespace"), str(meta.get("name")))
+
+
+def manifest_ids_of(rendered: Iterable[Any]) -> tuple[ObjectId, ...]:
+    """The objects a release's manifest will hold, from the rendered stream's documents: every
+    object but Helm's hooks (kept apart, with their own annotation)."""
+    return tuple(
+        object_id(d)
+        for d in rendered
+        if isinstance(d, Mapping)
+        and d.get("kind")
+        and HOOK_ANNOTATION not in ((d.get("metadata") or {}).get("annotations") or {})
+    )
 
 
 @dataclass(frozen=True)
@@ -34,6 +66,9 @@ class StoredRelease:
     apply_method: str = ""
     stamped: int | None = None  # the revision the operator stamped (REVISION_LABEL); None: none
     rollback: bool = False  # made by ``helm rollback`` (it copies the target revision's labels)
+    # The objects of ``manifest`` when known without parsing it: named by the post-render of the
+    # helm call that made this revision (None: parse the manifest when they are needed).
+    objects: tuple[ObjectId, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def by_hand(self) -> bool:
@@ -51,6 +86,7 @@ def from_body(
     status: str,
     labels: Mapping[str, str],
     ever_deployed: bool,
+    objects: tuple[ObjectId, ...] | None = None,
 ) -> StoredRelease:
     """A revision's record from Helm's release document: the body of a storage Secret, or what
     ``helm upgrade --output json`` prints (so an action needs no read of the storage after it)."""
@@ -72,4 +108,5 @@ def from_body(
         apply_method=str(body.get("apply_method") or "csa"),
         stamped=int(stamp) if (stamp := str(labels.get(REVISION_LABEL, ""))).isdigit() else None,
         rollback=description.startswith("Rollback to "),
+        objects=objects,
     )

@@ -11,10 +11,9 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from helm_operator.adapters import storage
-from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmAborted, HelmError
+from helm_operator.adapters.helm import PERMANENT_REASONS, Applied, Helm, HelmAborted, HelmError
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.core.naming import REVISION_LABEL
@@ -64,10 +63,11 @@ async def _apply(ctx: ActionContext) -> StoredRelease | None:
     return _printed(out, ctx, labels) or await read(ctx.kube, t.ident)
 
 
-def _printed(out: Mapping[str, Any], ctx: ActionContext, labels: Mapping[str, str]) -> StoredRelease | None:
-    """The new revision's record from what helm printed (the labels are the ones it was given),
-    sparing a read of the storage; None where helm printed no release."""
-    t = ctx.target
+def _printed(applied: Applied, ctx: ActionContext, labels: Mapping[str, str]) -> StoredRelease | None:
+    """The new revision's record from what helm printed (the labels are the ones it was given)
+    and the objects the post-render named, sparing a read of the storage and a parse of the
+    manifest; None where helm printed no release."""
+    t, out = ctx.target, applied.printed
     info = out.get("info")
     if not isinstance(info, Mapping) or not info.get("status") or not isinstance(out.get("version"), int):
         return None
@@ -80,6 +80,7 @@ def _printed(out: Mapping[str, Any], ctx: ActionContext, labels: Mapping[str, st
         status=status,
         labels=labels,
         ever_deployed=status == "deployed" or bool(ctx.before and ctx.before.ever_deployed),
+        objects=applied.objects,
     )
 
 

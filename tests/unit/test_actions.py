@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from helm_operator.adapters.helm import HelmAborted, HelmError
+from helm_operator.adapters.helm import Applied, HelmAborted, HelmError
 from helm_operator.adapters.storage import encode_release
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch
@@ -62,13 +62,13 @@ class FakeHelm:
         if op in self.fail:
             raise self.fail[op]
 
-    async def install_or_upgrade(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    async def install_or_upgrade(self, *args: Any, **kwargs: Any) -> Applied:
         rev = len(self.core.revisions) + 1
         self.core.revisions = [(r, "superseded") for r, _ in self.core.revisions]
         self.core.revisions.append((rev, "failed"))
         self._maybe_fail("upgrade")
         self.core.revisions[-1] = (rev, "deployed")
-        return {}
+        return Applied({})
 
     async def rollback(self, *args: Any, **kwargs: Any) -> None:
         self._maybe_fail("rollback")

@@ -67,3 +67,10 @@ def test_caches_keep_the_most_recently_used_revisions_within_their_bounds(
     manifest_ids(release(15))
     assert list(check._IDS) == [("ns", "web", 14), ("ns", "web", 12), ("ns", "web", 15)]
     assert len(check._PARSED) == 2
+
+
+def test_a_revision_whose_objects_were_named_at_its_post_render_is_not_parsed() -> None:
+    named = (ObjectId("apps/v1", "Deployment", None, "web"),)
+    made = StoredRelease("made", "ns", 1, "deployed", manifest="{ not: [yaml", objects=named)
+    assert manifest_ids(made) == named
+    assert ("ns", "made", 1) not in check._PARSED

@@ -24,6 +24,7 @@ from helm_operator.adapters.postrender import (
 )
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules, scopes_with_crds, violations
+from helm_operator.release.record import ObjectId
 
 REF = {"apiVersion": "app.example.com/v1", "kind": "AppService", "name": "a", "uid": "u-1"}
 SCOPES = {
@@ -170,6 +171,7 @@ def test_the_script_helm_starts_hands_the_stream_to_the_operator(tmp_path: Path)
     assert [d["metadata"]["name"] for d in docs] == [f"c{i}" for i in range(100)]
     assert all(d["metadata"]["labels"] == {OWNER_LABEL: "o"} for d in docs)
     assert docs[0]["metadata"]["ownerReferences"] == [REF] and exchange.verdict == ""
+    assert exchange.objects == tuple(ObjectId("v1", "ConfigMap", None, f"c{i}") for i in range(100))
 
     refused, exchange = asyncio.run(
         served(
@@ -179,6 +181,7 @@ def test_the_script_helm_starts_hands_the_stream_to_the_operator(tmp_path: Path)
     assert refused.returncode == EXIT_VIOLATION and refused.stdout == b""
     found = "helm-operator: NamespaceViolation: ConfigMap/b targets namespace 'kube-system'"
     assert found in refused.stderr.decode() and found in exchange.verdict
+    assert exchange.objects is None  # nothing rendered: nothing named
 
     bad, exchange = asyncio.run(served(["--namespace=ns"], stream))
     assert bad.returncode == 2 and "the following arguments are required: --owner" in exchange.verdict
@@ -198,11 +201,11 @@ def test_an_ended_call_leaves_nothing_waiting(tmp_path: Path, monkeypatch: pytes
     assert not asyncio.run(helm_fails_before_post_rendering()).path.exists()
     assert time.monotonic() - started < 5
 
-    def slow_render(argv: object, stream: bytes) -> tuple[int, bytes, str]:
+    def slow_render(argv: object, stream: bytes) -> tuple[int, bytes, str, tuple[object, ...]]:
         time.sleep(2)
-        return 0, stream, ""
+        return 0, stream, "", ()
 
-    monkeypatch.setattr(postrender, "render", slow_render)
+    monkeypatch.setattr(postrender, "_render", slow_render)
 
     async def helm_stopped_while_post_rendering() -> subprocess.CompletedProcess[bytes]:
         exchange = Exchange(tmp_path / "calls", argv_for("o", None, "ns", None, NOT_ENFORCED))
@@ -238,3 +241,12 @@ def test_without_the_operator_the_script_post_renders_by_itself(tmp_path: Path) 
         assert alone.returncode == 0, alone.stderr
         meta = yaml.safe_load(alone.stdout)["metadata"]
         assert meta["labels"] == {OWNER_LABEL: "o"} and meta["ownerReferences"] == [ref]
+
+
+def test_the_objects_named_are_those_helm_keeps_in_the_manifest() -> None:
+    hook = {**cm("migrate"), "metadata": {"name": "migrate", "annotations": {"helm.sh/hook": "pre-upgrade"}}}
+    other = {**cm("elsewhere"), "metadata": {"name": "elsewhere", "namespace": "ns"}}
+    stream = yaml.safe_dump_all([cm("a"), hook, other, {"kind": ""}, None]).encode()
+    code, _, _, objects = postrender._render(argv_for("o", None, "ns", None, NOT_ENFORCED), stream)
+    assert code == 0
+    assert objects == (ObjectId("v1", "ConfigMap", None, "a"), ObjectId("v1", "ConfigMap", "ns", "elsewhere"))

@@ -10,12 +10,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from helm_operator.adapters.helm import HelmError
+from helm_operator.adapters.helm import Applied, HelmError
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.storage import decode_release, encode_release
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
+from helm_operator.release.record import ObjectId
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.idle import status_digest, unchanged
@@ -77,9 +78,7 @@ class FakeHelm:
     calls: list[str] = field(default_factory=list)
     seconds: float = 0.0  # how long an install or upgrade takes
 
-    async def install_or_upgrade(
-        self, name: str, namespace: str, *a: Any, labels: Any, **kw: Any
-    ) -> dict[str, Any]:
+    async def install_or_upgrade(self, name: str, namespace: str, *a: Any, labels: Any, **kw: Any) -> Applied:
         self.calls.append("upgrade")
         await asyncio.sleep(self.seconds)
         for r in self.storage.revisions:
@@ -89,7 +88,8 @@ class FakeHelm:
         self.storage.revisions.append(rev)
         if self.fail:
             raise self.fail
-        return {"name": name, "namespace": namespace, "version": rev.number, "info": {"status": status}}
+        printed = {"name": name, "namespace": namespace, "version": rev.number, "info": {"status": status}}
+        return Applied(printed, (ObjectId("v1", "ConfigMap", None, name),))
 
     async def rollback(self, *a: Any, **kw: Any) -> None:
         """A new revision that redeploys the last good one, as `helm rollback` makes."""
