@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -50,6 +50,17 @@ class DigestDiffBase(kopf.AnnotationsDiffBaseStorage):
 
     def __init__(self) -> None:
         super().__init__(prefix=KOPF_PREFIX, key="last-handled-digest")
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> Any:
+        """kopf's essence of the resource, built from just what it keeps: kopf deep-copies the
+        whole body (status and ``managedFields`` included) before dropping them, twice for every
+        event the resource sees."""
+        if extra_fields:
+            return super().build(body=body, extra_fields=extra_fields)
+        meta = body.get("metadata") or {}
+        kept = {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}
+        slim = {k: v for k, v in body.items() if k not in ("status", "metadata")}
+        return super().build(body=kopf.Body(cast(Any, {**slim, "metadata": kept})))
 
     @staticmethod
     def _digest(essence: Any) -> str:
