@@ -33,6 +33,7 @@ import yaml
 from bench import profile, runtime_env, sdk, workload
 from bench.cluster import BenchCluster
 from bench.measure import own_cpu_seconds, parse_counter, tree_cpu_seconds
+from helm_operator.adapters.helm import HELM_GO_ENV
 from helm_operator.dev.tools import REPO_ROOT, Toolchain
 
 
@@ -191,6 +192,7 @@ class HelmFloor(Contender):
     title = "helm (floor)"
     operator = False
     flags: ClassVar[tuple[str, ...]] = ()  # added to every helm upgrade --install
+    go_env: ClassVar[dict[str, str]] = {}  # the Go runtime settings of its helm processes
 
     def __init__(self, cluster: BenchCluster, tools: Toolchain, root: Path, concurrency: int) -> None:
         super().__init__(cluster, tools, root, concurrency)
@@ -200,8 +202,10 @@ class HelmFloor(Contender):
 
     def command(self) -> str:
         flags = "".join(f" {f}" for f in self.flags)
+        env = "".join(f"{k}={v} " for k, v in self.go_env.items())
+        chart = rel(workload.CHART)
         return (
-            f"`helm upgrade --install NAME {rel(workload.CHART)} --namespace NS --values wave.yaml{flags}` "
+            f"`{env}helm upgrade --install NAME {chart} --namespace NS --values wave.yaml{flags}` "
             f"x N in a pool of {self.concurrency} threads"
         )
 
@@ -211,7 +215,7 @@ class HelmFloor(Contender):
     def submit(self, names: list[str], wave: int) -> Submission:
         values = self.workdir / f"values-wave-{wave}.yaml"
         values.write_text(yaml.safe_dump(workload.values(wave)))
-        env = {**self.cluster.dev.env, **helm_homes(self.workdir)}
+        env = {**self.cluster.dev.env, **helm_homes(self.workdir), **self.go_env}
         cmd = [str(self.tools.helm), "upgrade", "--install"]
 
         def one(name: str) -> None:
@@ -246,13 +250,15 @@ class HelmFloor(Contender):
 
 
 class HelmLean(HelmFloor):
-    """Plain helm with the flag ours passes for releases Helm 4 applies server-side: Helm's
-    client-side OpenAPI check left to the API server's strict field validation. Against it, the
-    ratio is the operator's own overhead; against the floor, what a user of plain helm gets."""
+    """Plain helm run as ours runs it: the flag ours passes for releases Helm 4 applies
+    server-side (Helm's client-side OpenAPI check left to the API server's strict field
+    validation) and the Go runtime settings ours gives its helm processes. Against it, the ratio
+    is the operator's own overhead; against the floor, what a user of plain helm gets."""
 
     key = "helm-lean"
-    title = "helm, server-side validation"
+    title = "helm, as ours runs it"
     flags = ("--disable-openapi-validation",)
+    go_env = HELM_GO_ENV
 
 
 class OperatorContender(Contender):

@@ -17,7 +17,7 @@ from bench.stats import growth, median, percentile, rate_per_minute, ratio
 
 FLOOR, OURS, PEER, LEAN = "helm", "ours", "sdk", "helm-lean"
 TARGET_N = 1000
-TITLES = {OURS: "ours", FLOOR: "helm (floor)", LEAN: "helm, server-side validation", PEER: "Operator SDK"}
+TITLES = {OURS: "ours", FLOOR: "helm (floor)", LEAN: "helm, as ours runs it", PEER: "Operator SDK"}
 ORDER = (OURS, FLOOR, LEAN, PEER)
 
 Run = dict[str, Any]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from helm_operator.adapters.helm import PERMANENT_REASONS, classify, tenant_message
+from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmSettings, classify, tenant_message
 
 RENDER_FAILURES = [
     # Helm 4: a template that cannot execute cites file:line:col without "template:"
@@ -75,3 +79,30 @@ def test_outage_retries_are_logged_once_per_period() -> None:
     f.last -= 61
     again = record(unreachable)
     assert f.filter(again) and "(40 more such retries in the last 60s)" in again.getMessage()
+
+
+def test_helm_runs_with_the_go_settings_unless_the_operators_environment_has_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapper every helm process of the operator starts through (after the first install)."""
+    fake = tmp_path / "helm"
+    fake.write_text(
+        '#!/bin/sh\ncase "$1" in version) printf v4.3.1 ;; '
+        '*) echo "GOMAXPROCS=$GOMAXPROCS GOGC=$GOGC plugins=${HELM_PLUGINS:+yes}" ;; esac\n'
+    )
+    fake.chmod(0o755)
+    helm = Helm(HelmSettings(executable=str(fake), workdir=tmp_path / "work", chart_cache=tmp_path / "c"))
+    asyncio.run(helm._prepare_postrender())
+    wrapper = tmp_path / "work" / "helm"
+
+    def settings(**env: str) -> str:
+        monkeypatch.delenv("GOMAXPROCS", raising=False)
+        monkeypatch.delenv("GOGC", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        return subprocess.run(
+            [str(wrapper), "upgrade"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    assert settings() == "GOMAXPROCS=1 GOGC=200 plugins=yes"
+    assert settings(GOGC="50", GOMAXPROCS="4") == "GOMAXPROCS=4 GOGC=50 plugins=yes"
