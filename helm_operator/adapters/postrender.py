@@ -37,7 +37,7 @@ import yaml
 
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_with_crds, violations
-from helm_operator.release.record import ObjectId, manifest_ids_of
+from helm_operator.release.record import HOOK_ANNOTATION, ObjectId, manifest_ids_of
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ POD_TEMPLATES: dict[str, tuple[str, ...]] = {
 def _label_pod_template(doc: dict[str, Any], owner: str) -> None:
     path = POD_TEMPLATES.get(str(doc.get("kind")))
     meta = doc.get("metadata") or {}
-    if path is None or (doc["kind"] == "Job" and "helm.sh/hook" not in (meta.get("annotations") or {})):
+    if path is None or (doc["kind"] == "Job" and HOOK_ANNOTATION not in (meta.get("annotations") or {})):
         return
     node: Any = doc
     for part in path:
