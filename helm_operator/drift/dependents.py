@@ -291,10 +291,10 @@ class DependentWatches:
     def use(self, owner: str, kinds: Iterable[Kind]) -> None:
         wanted = frozenset(kinds)
         with self._lock:
-            if self._uses.get(owner) != wanted:
-                self._count(self._uses.get(owner, frozenset()), -1)
-                self._uses[owner] = wanted
-                self._count(wanted, +1)
+            before = self._uses.get(owner, frozenset())
+            self._uses[owner] = wanted
+            self._count(before - wanted, -1)  # a kind in both keeps its watch running
+            self._count(wanted - before, +1)
 
     def release(self, owner: str) -> None:
         with self._lock:

@@ -171,3 +171,5 @@ def test_a_kinds_watch_runs_while_some_release_uses_it(monkeypatch: Any) -> None
     assert deps.stats()["kinds"] == {}
     deps.use("c", [deploy])  # used again after its watch stopped: a new watch
     assert started.count("Deployment") == 2
+    deps.use("c", [deploy, svc])  # its only user adds a kind: the Deployments' watch keeps running
+    assert started.count("Deployment") == 2 and stopped.count("Deployment") == 1
