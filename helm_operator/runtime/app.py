@@ -28,6 +28,7 @@ import kopf
 import prometheus_client
 from kubernetes import client, config
 
+from helm_operator.adapters.apisession import bounded_session
 from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmSettings
 from helm_operator.adapters.kube import Kube, ObjectRef
@@ -77,6 +78,9 @@ def _kube_configuration(kubeconfig: str | None) -> client.Configuration:
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         config.load_incluster_config(client_configuration=cfg)
+    # A pooled connection per thread: with the client's default (5 per core) the calls beyond it
+    # each made a new TLS connection and dropped it after one request.
+    cfg.connection_pool_maxsize = KUBE_THREADS
     return cfg
 
 
@@ -202,11 +206,11 @@ class App:
         creds = _connection_info(self.kube_config) if self.settings.kubeconfig else None
 
         @kopf.on.login(registry=registry)
-        def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-            if creds is None:  # in-cluster: kopf re-reads the rotating service-account token itself
-                info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs)
-                return info
-            return creds
+        async def _login(**kwargs: Any) -> kopf.AiohttpSession | None:
+            info: kopf.ConnectionInfo | None = creds
+            if info is None:  # in-cluster: read again at every login (the token rotates)
+                info = kopf.login_with_service_account(**kwargs)
+            return bounded_session(info) if info is not None else None
 
         @kopf.on.startup(registry=registry)
         async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
