@@ -15,6 +15,7 @@ import aiohttp
 import kopf
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from helm_operator.adapters.apisession import InFlightLimit, bounded_session
 
@@ -60,15 +61,8 @@ async def serving() -> AsyncIterator[tuple[Server, str]]:
     app = web.Application()
     app.router.add_get("/slow", srv.slow)
     app.router.add_get("/watch", srv.watch)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield srv, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with TestServer(app, host="127.0.0.1") as test_server:
+        yield srv, str(test_server.make_url("")).rstrip("/")
 
 
 def run(coro: object) -> None:
