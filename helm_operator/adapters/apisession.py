@@ -31,7 +31,6 @@ class InFlightLimit:
     def __init__(self, limit: int = REQUESTS_IN_FLIGHT) -> None:
         if limit < 1:
             raise ValueError(f"a limit of requests in flight must be at least 1, not {limit}")
-        self.limit = limit
         self._slots = asyncio.Semaphore(limit)
         self.in_flight = 0
         self.peak = 0

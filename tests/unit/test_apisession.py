@@ -65,10 +65,6 @@ async def serving() -> AsyncIterator[tuple[Server, str]]:
         yield srv, str(test_server.make_url("")).rstrip("/")
 
 
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
-
-
 def test_a_burst_is_held_to_the_limit_of_requests_and_connections() -> None:
     async def main() -> None:
         async with serving() as (srv, url):
@@ -84,7 +80,7 @@ def test_a_burst_is_held_to_the_limit_of_requests_and_connections() -> None:
             assert srv.peak == 5 and limit.peak == 5
             assert len(srv.peers) <= 5, f"{len(srv.peers)} connections for a limit of 5"
 
-    run(main())
+    asyncio.run(main())
 
 
 def test_without_the_limit_the_same_burst_opens_a_connection_per_request() -> None:
@@ -101,7 +97,7 @@ def test_without_the_limit_the_same_burst_opens_a_connection_per_request() -> No
                 await asyncio.gather(*(one() for _ in range(100)))
             assert srv.peak > 5 and len(srv.peers) > 5
 
-    run(main())
+    asyncio.run(main())
 
 
 def test_a_watch_takes_no_slot() -> None:
@@ -118,7 +114,7 @@ def test_a_watch_takes_no_slot() -> None:
                 assert limit.peak == 1 and limit.in_flight == 0
                 stream.close()
 
-    run(main())
+    asyncio.run(main())
 
 
 def test_a_limit_below_one_is_refused() -> None:
@@ -140,4 +136,4 @@ def test_the_session_carries_the_credentials_kopf_would_send() -> None:
                 await ctx.aiohttp_session.close()
             assert srv.headers == ["Bearer t0ken"]
 
-    run(main())
+    asyncio.run(main())
