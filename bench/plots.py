@@ -47,23 +47,28 @@ def _deployed_over_time(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _n_style(rank: int) -> str:
+    """Line style telling the N apart where colours tell the contenders: the largest N solid."""
+    return ["-", "--", ":", "-."][rank % 4]
+
+
 def _drift_distribution(results: dict[str, Any], path: Path) -> bool:
     series = []
-    for n in ns_of(results):
+    for i, n in enumerate(sorted(ns_of(results), reverse=True)):
         for c in contenders_of(results):
             drift = first_with(results, c, n, "drift")
             if drift:
                 lat = drift_latencies(drift)
-                series.append((f"{TITLES.get(c, c)} N={n}", c, lat, drift["timeout_s"]))
+                series.append((f"{TITLES.get(c, c)} N={n}", c, _n_style(i), lat, drift["timeout_s"]))
     if not series:
         return False
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    for label, c, lat, timeout in series:
+    for label, c, style, lat, timeout in series:
         done = sorted(x for x in lat if not math.isinf(x))
         missed = len(lat) - len(done)
         ys = [(i + 1) / len(lat) for i in range(len(done))]
         tag = f"{label} ({missed} not corrected within {timeout:g} s)" if missed else label
-        ax.step(done, ys, where="post", label=tag, color=COLORS.get(c))
+        ax.step(done, ys, style, where="post", label=tag, color=COLORS.get(c))
     ax.set_xscale("log")
     ax.set_xlabel("seconds from the manual change to its correction (log scale)")
     ax.set_ylabel("fraction of changes corrected")
@@ -82,12 +87,12 @@ def _drift_distribution(results: dict[str, Any], path: Path) -> bool:
 def _idle_cpu(results: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     drawn = False
-    for n in ns_of(results):
+    for i, n in enumerate(sorted(ns_of(results), reverse=True)):
         for c in contenders_of(results):
             idle = first_with(results, c, n, "idle")
             pts = [(t, p) for t, p, _ in (idle or {}).get("samples", []) if p is not None]
             if pts:
-                style = "-" if n == max(ns_of(results)) else "--"
+                style = _n_style(i)
                 ax.plot([t for t, _ in pts], [p for _, p in pts], style, marker=".",
                         label=f"{TITLES.get(c, c)} N={n}", color=COLORS.get(c))  # fmt: skip
                 drawn = True
@@ -96,8 +101,9 @@ def _idle_cpu(results: dict[str, Any], path: Path) -> bool:
         return False
     ax.axhline(1.0, color="tab:red", linestyle=":", linewidth=1, label="target < 1 %")
     ax.set_xlabel("seconds into the idle window")
-    ax.set_ylabel("CPU, % of one core")
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("CPU, % of one core (log above 0.1)")
+    ax.set_yscale("symlog", linthresh=0.1)  # an operator at 0.3 % and one at 175 % on one plot
+    ax.set_ylim(0, ax.get_ylim()[1] * 2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("CPU while idle (process tree, sampled)")
