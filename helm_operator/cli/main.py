@@ -131,12 +131,17 @@ def cmd_finalize(args: argparse.Namespace) -> int:
 
 
 def _wait_for_signal() -> None:
-    """Block until Ctrl-C or SIGTERM."""
+    """Block until Ctrl-C, SIGTERM or SIGHUP.
+
+    SIGINT is handled explicitly: a shell starts a background command with SIGINT ignored, and
+    Python keeps an inherited "ignore", so ``kill -INT`` would leave the cluster running.
+    """
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     try:
         while True:
             time.sleep(3600)

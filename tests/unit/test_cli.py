@@ -1,10 +1,13 @@
-"""Configuration errors stop `helm-operator run` before it touches any cluster: exit 2, precise text."""
+"""The CLI: config errors stop `run` before any cluster is touched (exit 2); `dev` stops on signals."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -69,3 +72,30 @@ def test_unknown_hook_module_or_bad_hook_exits_2_naming_it(tmp_path: Path) -> No
     proc = run("run", "--watches-file", str(watches))
     assert proc.returncode == 2
     assert f"{tmp_path / 'day2.py'}:4: function check: a hook must be an `async def`" in proc.stderr
+
+
+# A shell starts `helm-operator dev up &` with SIGINT ignored; the wait must still end on it.
+WAITER = """
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+from helm_operator.cli.main import _wait_for_signal
+print("waiting", flush=True)
+_wait_for_signal()
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_dev_wait_ends_on_signal_even_when_sigint_was_ignored(signum: int) -> None:
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2]
+    )
+    assert waiter.stdout is not None
+    assert waiter.stdout.readline().strip() == "waiting"
+    waiter.send_signal(signum)
+    try:
+        out, _ = waiter.communicate(timeout=10)
+    finally:
+        waiter.kill()
+    assert waiter.returncode == 0
+    assert out.strip() == "stopped"
