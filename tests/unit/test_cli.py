@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,14 @@ print("stopped", flush=True)
 """
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for ``signum`` (its ``SigCgt`` mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_dev_wait_ends_on_signal_even_when_sigint_was_ignored(signum: int) -> None:
     waiter = subprocess.Popen(
@@ -92,6 +101,9 @@ def test_dev_wait_ends_on_signal_even_when_sigint_was_ignored(signum: int) -> No
     )
     assert waiter.stdout is not None
     assert waiter.stdout.readline().strip() == "waiting"
+    deadline = time.monotonic() + 10  # "waiting" is printed just before the handlers are installed
+    while not catches(waiter.pid, signum) and time.monotonic() < deadline:
+        time.sleep(0.01)
     waiter.send_signal(signum)
     try:
         out, _ = waiter.communicate(timeout=10)
