@@ -36,6 +36,7 @@ class ServedKind:
     kind: str
     plural: str
     namespaced: bool
+    verbs: frozenset[str] = frozenset()
 
 
 class Discovery:
@@ -70,7 +71,12 @@ class Discovery:
                         if not kind:
                             continue
                         served = ServedKind(
-                            name, ver["version"], kind, res["resource"], res.get("scope") == "Namespaced"
+                            name,
+                            ver["version"],
+                            kind,
+                            res["resource"],
+                            res.get("scope") == "Namespaced",
+                            frozenset(res.get("verbs") or ()),
                         )
                         kinds.setdefault((name, ver["version"], kind), served)
         self._kinds = kinds
@@ -92,3 +98,17 @@ class Discovery:
     def scopes(self) -> dict[str, bool]:
         """``{"<group>/<Kind>": namespaced}`` for every served kind (what the post-renderer reads)."""
         return {f"{k.group}/{k.kind}": k.namespaced for k in self._fresh().values()}
+
+    def crd_names(self) -> frozenset[str]:
+        """``<plural>.<group>`` of every served kind of a named group: the names the CRDs that
+        serve them have (a chart's ``crds/`` that already exist need not be created)."""
+        return frozenset(f"{k.plural}.{k.group}" for k in self._fresh().values() if k.group)
+
+    def deletable(self) -> list[ServedKind]:
+        """One served version (the preferred: listed first) of every kind that can be listed and
+        deleted, for finding a release's objects by label when Helm's record of them is gone."""
+        seen: dict[tuple[str, str], ServedKind] = {}
+        for k in self._fresh().values():
+            if {"list", "delete"} <= k.verbs:
+                seen.setdefault((k.group, k.kind), k)
+        return list(seen.values())

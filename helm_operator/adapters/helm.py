@@ -51,7 +51,7 @@ class HelmError(RuntimeError):
 
 # Failures that retrying cannot fix: the same chart and values fail the same way.
 PERMANENT_REASONS = frozenset(
-    {"RenderFailed", "NamespaceViolation", "ClusterScopedNotAllowed", "ReleaseTooLarge"}
+    {"RenderFailed", "NamespaceViolation", "ClusterScopedNotAllowed", "ReleaseTooLarge", "OwnershipConflict"}
 )
 
 # A render problem cites a chart template by file and line ("mychart/templates/cm.yaml:6:15"),
@@ -76,6 +76,8 @@ def classify(text: str, exc: errors.Error | None = None) -> str:
     for reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
         if f"helm-operator: {reason}:" in text:
             return reason
+    if "invalid ownership metadata" in low or "cannot be imported into the current release" in low:
+        return "OwnershipConflict"
     if "too long: must have at most 1048576 bytes" in low or "request entity too large" in low:
         return "ReleaseTooLarge"
     if "no matches for kind" in low or "resource mapping not found" in low:
@@ -98,6 +100,31 @@ def tenant_message(text: str) -> str:
     """Only our post-renderer's verdict lines, without Helm's wrapping of them."""
     lines = re.findall(r"helm-operator: ((?:NamespaceViolation|ClusterScopedNotAllowed): [^\n]*)", text)
     return "; ".join(dict.fromkeys(lines)) or text
+
+
+# Helm: `ClusterRole "x" in namespace "" exists and cannot be imported into the current release:
+# invalid ownership metadata; annotation validation error: key "meta.helm.sh/release-name" must
+# equal "a": current value is "b"` (the first key that differs).
+_CONFLICT_OBJECT = re.compile(r'(\w+) "([^"]+)" in namespace "([^"]*)" exists and cannot be imported')
+_CONFLICT_KEY = re.compile(r'key "([^"]+)" must equal "([^"]*)": current value is "([^"]*)"')
+
+
+def ownership_message(text: str) -> str:
+    """Which object another release owns, and whose it is, from Helm's refusal to adopt it."""
+    obj, key = _CONFLICT_OBJECT.search(text), _CONFLICT_KEY.search(text)
+    if obj is None:
+        return text
+    kind, name, ns = obj.groups()
+    what = f"{kind} {ns + '/' if ns else ''}{name}"
+    owner = "another Helm release (or none: it was not made by Helm)"
+    if key is not None and key.group(1).endswith("release-name"):
+        owner = f"Helm release {key.group(3)!r}"
+    elif key is not None and key.group(1).endswith("release-namespace"):
+        owner = f"the Helm release of this name in namespace {key.group(3)!r}"
+    return (
+        f"{what} already exists and belongs to {owner}; delete it or uninstall that release, then "
+        f"annotate this resource helm-operator.io/retry=<a new value> to try again"
+    )
 
 
 class _Command(Command):  # type: ignore[misc]
@@ -256,6 +283,8 @@ class Helm:
                 reason = classify(text, exc)
                 if reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
                     text = tenant_message(text)
+                elif reason == "OwnershipConflict":
+                    text = ownership_message(text)
                 raise HelmError(reason, mask(text, values)) from None
             finally:
                 HELM_ACTION_DURATION.labels(action=action).observe(time.monotonic() - started)
@@ -322,6 +351,12 @@ class Helm:
                     wait=wait,
                     version=None if chart.path else chart.version,  # a local path is the version
                     repo=None if chart.path else chart.repo,
+                    # The release is exactly chart defaults ◄ these values: given none, Helm
+                    # would otherwise reuse the previous revision's (a spec emptied to `{}`).
+                    reset_values=True,
+                    # Helm installs a chart's crds/ before rendering, out of the post-renderer's
+                    # sight: where the tenant rules forbid cluster-scoped objects, never.
+                    skip_crds=tenant.enforce and not tenant.allow_cluster_scoped,
                 )
             except ValueError:  # exit 0 without a release on stdout: the caller reads the storage
                 if dry_run:

@@ -211,3 +211,44 @@ class Kube:
             api.patch_namespaced_custom_object(group, version, ref.namespace, plural, ref.name, body)
         else:
             api.patch_cluster_custom_object(group, version, plural, ref.name, body)
+
+    def _request(self, method: str, path: str, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+        api: Any = self.api
+        request = api.param_serialize(method, path, query_params=list(query), auth_settings=["BearerToken"])
+        resp = api.call_api(*request)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException(status=resp.status, reason=f"{method} {path}: {resp.data[:200]!r}")
+        body: dict[str, Any] = json.loads(resp.data)
+        return body
+
+    def delete_labelled(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespaced: bool,
+        selector: str,
+        skip_namespace: str | None,
+    ) -> list[str]:
+        """Delete every object of a kind that carries ``selector`` (in all namespaces but
+        ``skip_namespace`` for a namespaced kind), except those Helm is told to keep
+        (``helm.sh/resource-policy: keep``). Returns what was deleted, as ``namespace/name``."""
+        base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+        listing = self._request("GET", f"{base}/{plural}", [("labelSelector", selector)])
+        deleted = []
+        for item in listing.get("items") or []:
+            meta = item.get("metadata") or {}
+            ns = meta.get("namespace")
+            if namespaced and ns == skip_namespace:
+                continue
+            if (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep":
+                continue
+            where = f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
+            try:
+                self._request("DELETE", f"{where}/{meta['name']}", [("propagationPolicy", "Background")])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            deleted.append(f"{ns}/{meta['name']}" if ns else str(meta["name"]))
+        return deleted

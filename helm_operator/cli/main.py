@@ -120,8 +120,14 @@ def cmd_finalize(args: argparse.Namespace) -> int:
         app = _app(args)
     except _Refused as exc:
         return exc.code
+    if args.force:
+        print(
+            "helm-operator: WARNING: --force: the release is uninstalled even if the resource is not "
+            "being deleted; the resource stays, and a running operator installs its release again",
+            file=sys.stderr,
+        )
     try:
-        print(app.release_stuck(args.kind, args.name, args.namespace))
+        print(app.release_stuck(args.kind, args.name, args.namespace, force=args.force))
     except (ValueError, RuntimeError) as exc:
         print(f"helm-operator: {exc}", file=sys.stderr)
         return 1
@@ -313,6 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     fin.add_argument("--watches-file", default="watches.yaml")
     fin.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
     fin.add_argument("--helm", default=None, help="helm executable (default: $HELM_OPERATOR_HELM, else helm)")
+    fin.add_argument(
+        "--force",
+        action="store_true",
+        help="also when the resource is not being deleted (its release is uninstalled, the resource stays)",
+    )
     fin.set_defaults(func=cmd_finalize)
 
     dev = sub.add_parser("dev", help="a local control plane built from source (KWOK nodes)")

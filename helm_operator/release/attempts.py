@@ -1,4 +1,9 @@
-"""Failure memory: consecutive failures per desired digest, kept in the CR status for backoff."""
+"""Failure memory: consecutive failures per desired digest, kept in the CR status for backoff.
+
+A failure is remembered for the digest (chart and values) *and* the context that decided it (the
+watch's tenant rules and Helm settings, the operator's version, the retry annotation): fixing the
+operator's configuration, upgrading the operator or annotating the resource tries it again.
+"""
 
 from __future__ import annotations
 
@@ -20,14 +25,28 @@ class Attempts:
     permanent: bool = False  # the failure cannot go away without a change (e.g. the chart fails to render)
     action: str | None = None
     reason: str | None = None
+    context: str | None = None  # what else decided the failures (see ``runtime.desired.context_of``)
+
+    def applies_to(self, context: str) -> Attempts:
+        """This memory if it was made in ``context``, else none (a memory from before contexts
+        were recorded counts as made in any)."""
+        return self if self.context in (None, context) else Attempts()
 
 
-def next_attempts(previous: Attempts, outcome: Outcome, now: float) -> Attempts:
-    """The failure memory after an outcome: count failures per digest, forget them on success."""
+def next_attempts(previous: Attempts, outcome: Outcome, now: float, context: str | None = None) -> Attempts:
+    """The failure memory after an outcome: count failures per digest and context, forget them on
+    success."""
     if outcome.phase == "failed" or (outcome.permanent and outcome.digest):
-        failures = (previous.failures if previous.digest == outcome.digest else 0) + 1
+        same = previous.digest == outcome.digest and previous.context == context
+        failures = (previous.failures if same else 0) + 1
         return Attempts(
-            outcome.digest, failures, float(int(now)), outcome.permanent, outcome.action, outcome.reason
+            outcome.digest,
+            failures,
+            float(int(now)),
+            outcome.permanent,
+            outcome.action,
+            outcome.reason,
+            context,
         )
     if outcome.phase == "ready":
         return Attempts()
@@ -42,6 +61,7 @@ def attempts_to_status(a: Attempts) -> dict[str, Any]:
         "action": a.action,
         "reason": a.reason,
         "permanent": a.permanent,
+        "context": a.context,
     }
 
 
@@ -54,4 +74,5 @@ def attempts_from_status(current: Mapping[str, Any]) -> Attempts:
         permanent=bool(last.get("permanent", False)),
         action=last.get("action"),
         reason=last.get("reason"),
+        context=last.get("context"),
     )

@@ -297,9 +297,11 @@ class App:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
-    def release_stuck(self, kind: str, name: str, namespace: str | None) -> str:
+    def release_stuck(self, kind: str, name: str, namespace: str | None, force: bool = False) -> str:
         """Uninstall one resource's release and drop the operator's finalizer from it: the way out
-        when the resource is being deleted and no operator runs to finish it."""
+        when the resource is being deleted and no operator runs to finish it. A resource that is
+        not being deleted is refused unless ``force``: its release would be uninstalled under a
+        resource that still says it is there (and a running operator would install it again)."""
         watches = self.resolve_watches()
         matches = [w for w in watches if kind in (w.kind, w.plural, f"{w.plural}.{w.group}", w.kind.lower())]
         if len(matches) != 1:
@@ -311,6 +313,14 @@ class App:
         body = self.kube.get_custom(ref, watch.served_plural)
         if body is None:
             raise ValueError(f"{watch.kind} {name} not found" + (f" in namespace {ns}" if ns else ""))
+        where = f" -n {ns}" if ns else ""
+        if not body["metadata"].get("deletionTimestamp") and not force:
+            raise ValueError(
+                f"{watch.kind} {name} is not being deleted: finalize uninstalls the release of a "
+                f"resource whose deletion waits for no operator; delete it first "
+                f"(kubectl delete {watch.plural}.{watch.group} {name}{where}), or pass --force to "
+                f"uninstall its release and leave the resource"
+            )
         message, _ = asyncio.run(finalize(self.runtime, watch, ns, name))
         finalizers = body["metadata"].get("finalizers") or []
         if FINALIZER in finalizers:

@@ -4,15 +4,17 @@ decision is taken. A problem found here stalls the resource without a Helm call.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helm_operator.config.charts import ChartInfo, ChartRef
+from helm_operator import __version__
+from helm_operator.config.charts import ChartInfo, ChartRef, installed_crds
 from helm_operator.config.watches import Watch
 from helm_operator.core.masking import mask
-from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
+from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, RETRY_ANNOTATION
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 from helm_operator.core.values import digest, merge, user_values, validate
 from helm_operator.release.identity import ReleaseId, identify
@@ -66,6 +68,7 @@ class Target:
     chart: ChartRef  # local (pulled if remote)
     owner_ref: Mapping[str, Any] | None = None  # an ownerReference to the CR, for rendered objects
     tenant: TenantRules = NOT_ENFORCED
+    context: str = ""  # what besides the digest decides an action's outcome (``context_of``)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -78,6 +81,20 @@ def record_size_estimate(chart_files_gz: int, values: Mapping[str, Any]) -> int:
     return (chart_files_gz + values_gz) * 4 // 3
 
 
+def context_of(watch: Watch, tenant: TenantRules, annotations: Mapping[str, str]) -> str:
+    """A digest of what decides how an action with given chart and values turns out, besides
+    them: the tenant rules, the watch's Helm settings, the operator's version and the retry
+    annotation. Failures are remembered per digest *and* context, so a stall is retried once
+    any of these changes (the watch fixed, the operator upgraded, the resource annotated)."""
+    facts = {
+        "tenant": [tenant.enforce, sorted(tenant.allowed_namespaces), tenant.allow_cluster_scoped],
+        "helm": [watch.timeout, watch.wait, watch.history_max, watch.rollback_on_failure],
+        "operator": __version__,
+        "retry": annotations.get(RETRY_ANNOTATION, ""),
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def tenant_rules(watch: Watch, namespaced: bool) -> TenantRules:
     return TenantRules(
         enforce=namespaced,
@@ -87,19 +104,29 @@ def tenant_rules(watch: Watch, namespaced: bool) -> TenantRules:
 
 
 def prepare(
-    cr: Resource, chart_ref: ChartRef, chart: ChartInfo, values: Mapping[str, Any] | None = None
+    cr: Resource,
+    chart_ref: ChartRef,
+    chart: ChartInfo,
+    values: Mapping[str, Any] | None = None,
+    served_crds: Collection[str] = (),
 ) -> Target | Outcome:
     """The desired release, or the stalled outcome that says why there can be none. ``values``:
-    the user's values after the value translators (default: the spec with overrideValues)."""
+    the user's values after the value translators (default: the spec with overrideValues);
+    ``served_crds``: the names of the CRDs the cluster has (see :func:`crds_refused`)."""
     watch = cr.watch
     if values is None:
         values = user_values(cr.spec, watch.override_values)
-    violations = validate(merge(chart.defaults, values), chart.schema)
+    merged = merge(chart.defaults, values)
+    violations = validate(merged, chart.schema)
     if violations:
         msg = "values do not match the chart's schema: " + "; ".join(str(v) for v in violations)
         return Outcome("stalled", "InvalidValues", mask(msg, values))
     size = record_size_estimate(chart.compressed_size, values)
     want = digest(chart, values, cr.uid or "")
+    tenant = tenant_rules(watch, cr.namespace is not None)
+    refused = crds_refused(chart, merged, tenant, served_crds)
+    if refused:
+        return Outcome("stalled", "ClusterScopedNotAllowed", refused)  # decided anew each time
     if size > RELEASE_RECORD_MAX:
         msg = (
             f"the release record would be at least {size // 1024} KiB, over Helm's limit of "
@@ -109,6 +136,33 @@ def prepare(
     owner_ref = None
     if cr.uid:
         owner_ref = {"apiVersion": watch.api_version, "kind": watch.kind, "name": cr.name, "uid": cr.uid}
-    return Target(
-        watch, cr.ident, want, values, chart_ref, owner_ref, tenant_rules(watch, cr.namespace is not None)
+    context = context_of(watch, tenant, cr.annotations)
+    return Target(watch, cr.ident, want, values, chart_ref, owner_ref, tenant, context)
+
+
+def crds_refused(
+    chart: ChartInfo, merged: Mapping[str, Any], tenant: TenantRules, served: Collection[str] = ()
+) -> str | None:
+    """Why the chart's ``crds/`` may not be installed for this tenant, or None.
+
+    Helm creates them before it renders, so the post-renderer's tenant check never sees them. For
+    a tenant that may not create cluster-scoped objects the operator passes ``--skip-crds``, which
+    is harmless for CRDs the cluster already has (``served``, e.g. installed by an administrator);
+    any other is refused here, by name, rather than let the templates fail on kinds that do not
+    exist."""
+    if not tenant.enforce or tenant.allow_cluster_scoped:
+        return None
+    crds = [
+        c
+        for c in installed_crds(chart, merged)
+        if c.name.removeprefix("CustomResourceDefinition/") not in served
+    ]
+    if not crds:
+        return None
+    named = ", ".join(f"{c.name} ({c.file})" for c in crds[:5])
+    more = f" and {len(crds) - 5} more" if len(crds) > 5 else ""
+    return (
+        f"the chart's crds/ folder holds cluster-scoped objects, which this resource may not create: "
+        f"{named}{more}; have a cluster administrator install them first, "
+        f"or set allowClusterScoped: true on the watch"
     )

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from helm_operator.adapters import storage
 from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmError
@@ -25,13 +27,14 @@ from helm_operator.config.charts import ChartInfo, ChartRef, load_chart
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Update, says
 from helm_operator.core.locks import Concurrency
+from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.values import user_values
 from helm_operator.drift.scheduler import DriftChecker
 from helm_operator.hooks.day2 import CONDITION, Day2
 from helm_operator.hooks.registry import Stage
 from helm_operator.hooks.runner import HookResult
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
-from helm_operator.release.identity import identify
+from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.state import Action, Plan, ReleaseState, RetryPolicy, determine_state, plan
@@ -134,7 +137,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     events: list[Event] = []
     hooks = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
 
-    prepared = await desired(rt.kube, cr, chart_ref, chart, hooks)
+    prepared = await desired(rt.kube, cr, chart_ref, chart, hooks, rt.discovery)
     if isinstance(prepared, HookResult):
         return _hook_failed(prepared, None)
     if isinstance(prepared, Outcome):
@@ -146,7 +149,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     target = prepared
     attempts = max(
         attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
-    )
+    ).applies_to(target.context)
     rt.settled.pop(key, None)
     ident, since = target.ident, time.monotonic()
     fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None
@@ -180,14 +183,19 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
             events.append(("Warning", after.reason, after.message))
             conditions = ((CONDITION, False, after.reason, after.message),)
-    result = _report(rt, key, attempts, outcome, events)
+    result = _report(rt, key, attempts, outcome, events, target.context)
     return Result(
         result.outcome, result.retry_after, result.events, result.attempts, conditions, announced.is_set()
     )
 
 
 async def desired(
-    kube: Kube, cr: Resource, chart_ref: ChartRef, chart: ChartInfo, hooks: Day2 | None
+    kube: Kube,
+    cr: Resource,
+    chart_ref: ChartRef,
+    chart: ChartInfo,
+    hooks: Day2 | None,
+    discovery: Discovery | None = None,
 ) -> Target | Outcome | HookResult:
     """The desired release of a resource: spec ◄ overrideValues, the value translators (if its
     watch has hooks), schema check, digest. Shared with ``helm-operator diff``, so a preview is
@@ -198,7 +206,8 @@ async def desired(
         if isinstance(translated, HookResult):
             return translated
         values = translated
-    return prepare(cr, chart_ref, chart, values)
+    served = await asyncio.to_thread(discovery.crd_names) if chart.crds and discovery else frozenset()
+    return prepare(cr, chart_ref, chart, values, served)
 
 
 # The hook stage of each acting Action (a rollback is a remediation: no hooks around it).
@@ -346,9 +355,11 @@ async def _deletion_watch(rt: Runtime, cr: Resource) -> AsyncIterator[asyncio.Ev
         task.cancel()
 
 
-def _report(rt: Runtime, key: str, attempts: Attempts, outcome: Outcome, events: list[Event]) -> Result:
+def _report(
+    rt: Runtime, key: str, attempts: Attempts, outcome: Outcome, events: list[Event], context: str
+) -> Result:
     """Failure memory, Events and the retry delay for an action's outcome."""
-    new_attempts = next_attempts(attempts, outcome, time.time())
+    new_attempts = next_attempts(attempts, outcome, time.time(), context)
     rt.attempts[key] = new_attempts
     etype = "Normal" if outcome.phase in ("ready", "progressing") else "Warning"
     events.append((etype, outcome.reason, outcome.message))
@@ -359,6 +370,36 @@ def _report(rt: Runtime, key: str, attempts: Attempts, outcome: Outcome, events:
     if outcome.phase == "failed":
         retry = rt.retry.delay(attempts.failures + 1 if attempts.digest == outcome.digest else 1)
     return Result(outcome, retry_after=retry, events=tuple(events), attempts=new_attempts)
+
+
+async def _delete_orphans(rt: Runtime, watch: Watch, ident: ReleaseId) -> list[str]:
+    """Delete the objects of a release whose Helm record is gone, where no one else would: those
+    cluster-scoped and those in other namespaces (objects in its own namespace carry an
+    ownerReference to the resource, or go with the namespace). Only where the watch lets a
+    release put objects there; kinds the operator may not list are passed over."""
+    namespaced_cr = watch.scope == "Namespaced"
+    cluster_wide = watch.allow_cluster_scoped or not namespaced_cr
+    elsewhere = bool(watch.allowed_namespaces) or not namespaced_cr
+    if not cluster_wide and not elsewhere:
+        return []
+    kinds = await asyncio.to_thread(rt.discovery.deletable)
+    selector = f"{OWNER_LABEL}={ident.owner}"
+    deleted: list[str] = []
+    for k in kinds:
+        if (k.namespaced and not elsewhere) or (not k.namespaced and not cluster_wide):
+            continue
+        try:
+            names = await asyncio.to_thread(
+                rt.kube.delete_labelled, k.group, k.version, k.plural, k.namespaced, selector, ident.namespace
+            )
+        except ApiException as exc:
+            if exc.status not in (403, 404, 405):
+                raise
+            continue
+        deleted += [f"{k.kind}/{n}" for n in names]
+    if deleted:
+        log.info("release %s: deleted what its missing record left behind: %s", ident.key, ", ".join(deleted))
+    return deleted
 
 
 class UninstallBlocked(RuntimeError):
@@ -380,7 +421,12 @@ async def finalize(
     async with rt.concurrency.release(watch.key, ident.key):
         release = await read(rt.kube, ident)
         if release is None:
-            return f"release {ident.name} already gone", events
+            # Helm's record may be gone before its objects (the namespace controller deletes the
+            # release Secrets of a terminating namespace): what lives outside the namespace is
+            # found by the owner label every rendered object carries.
+            left = await _delete_orphans(rt, watch, ident)
+            gone = f"; deleted {len(left)} object(s) it left outside its namespace: {', '.join(left)}"
+            return f"release {ident.name} already gone" + (gone if left else ""), events
         if release.owner != ident.owner:
             return f"release {ident.key} is not managed by this resource; left in place", events
         if hooks is not None and body is not None:

@@ -141,7 +141,7 @@ def test_an_aborted_action_is_neither_a_failure_nor_retried() -> None:
     out = act(Action.UPGRADE, helm, [(1, "deployed")])
     assert (out.phase, out.reason, helm.calls) == ("progressing", "Cancelled", ["upgrade"])
     rt: Any = SimpleNamespace(attempts={}, retry=RetryPolicy())
-    result = _report(rt, "ns/r", Attempts(), out, [])
+    result = _report(rt, "ns/r", Attempts(), out, [], "ctx")
     assert result.retry_after is None and result.attempts == Attempts()
 
 
@@ -157,11 +157,11 @@ def test_report_counts_failures_backs_off_and_posts_the_remediation() -> None:
     )
     out = act(Action.UPGRADE, helm, [(1, "deployed")])
     rt: Any = SimpleNamespace(attempts={}, retry=RetryPolicy(base=5, cap=60))
-    first = _report(rt, "ns/r", Attempts(), out, [])
+    first = _report(rt, "ns/r", Attempts(), out, [], "ctx")
     assert first.retry_after == 5 and first.attempts is not None and first.attempts.failures == 1
     assert [(t, r) for t, r, _ in first.events] == [
         ("Warning", "UpgradeFailed"),
         ("Warning", "RollbackFailed"),
     ]
-    second = _report(rt, "ns/r", first.attempts, out, [])
+    second = _report(rt, "ns/r", first.attempts, out, [], "ctx")
     assert second.retry_after == 10 and rt.attempts["ns/r"].failures == 2

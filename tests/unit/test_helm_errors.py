@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from helm_operator.adapters.helm import PERMANENT_REASONS, Helm, HelmSettings, classify, tenant_message
+from helm_operator.adapters.helm import (
+    PERMANENT_REASONS,
+    Helm,
+    HelmSettings,
+    classify,
+    ownership_message,
+    tenant_message,
+)
 
 RENDER_FAILURES = [
     # Helm 4: a template that cannot execute cites file:line:col without "template:"
@@ -106,3 +113,18 @@ def test_helm_runs_with_the_go_settings_unless_the_operators_environment_has_its
 
     assert settings() == "GOMAXPROCS=1 GOGC=200 plugins=yes"
     assert settings(GOGC="50", GOMAXPROCS="4") == "GOMAXPROCS=4 GOGC=50 plugins=yes"
+
+
+def test_an_object_of_another_release_is_a_precise_permanent_stall() -> None:
+    text = (
+        'Unable to continue with install: ClusterRole "exp-exporter" in namespace "" exists and cannot be '
+        "imported into the current release: invalid ownership metadata; annotation validation error: "
+        'key "meta.helm.sh/release-namespace" must equal "pl-c": current value is "pl-b"'
+    )
+    assert classify(text) == "OwnershipConflict" and "OwnershipConflict" in PERMANENT_REASONS
+    message = ownership_message(text)
+    assert message.startswith("ClusterRole exp-exporter already exists and belongs to")
+    assert "namespace 'pl-b'" in message and "helm-operator.io/retry" in message
+    by_name = text.replace('release-namespace" must equal "pl-c": current value is "pl-b"', "")
+    by_name += 'release-name" must equal "web": current value is "other"'
+    assert "Helm release 'other'" in ownership_message(by_name)

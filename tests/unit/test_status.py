@@ -150,3 +150,18 @@ def test_a_condition_set_twice_in_one_reconcile_keeps_its_transition_time() -> N
         == interim[0]["lastTransitionTime"]
         != before[0]["lastTransitionTime"]
     )
+
+
+def test_failures_are_counted_per_digest_and_context() -> None:
+    from helm_operator.release.attempts import (
+        Attempts,
+        attempts_from_status,
+        attempts_to_status,
+        next_attempts,
+    )
+
+    failed = Outcome("failed", "UpgradeFailed", "x", action="upgrade", digest="d")
+    a1 = next_attempts(Attempts(), failed, 10, context="c1")
+    assert next_attempts(a1, failed, 20, context="c1").failures == 2
+    assert next_attempts(a1, failed, 20, context="c2").failures == 1  # another context starts over
+    assert attempts_from_status({"lastAttempt": attempts_to_status(a1)}) == a1
