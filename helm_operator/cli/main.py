@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from helm_operator import __version__
 from helm_operator.config.watches import WatchesError, load_watches
 
 EXIT_CONFIG = 2
@@ -54,6 +56,20 @@ def _app(args: argparse.Namespace, **settings: Any) -> Any:
     except HookLoadError as exc:
         print(f"helm-operator: invalid hooks: {exc}", file=sys.stderr)
         raise _Refused(EXIT_CONFIG) from None
+    if shutil.which(helm) is None:  # every resource would fail with "exit status 127" otherwise
+        where = (
+            "--helm"
+            if args.helm
+            else "$HELM_OPERATOR_HELM"
+            if os.environ.get("HELM_OPERATOR_HELM")
+            else "PATH"
+        )
+        print(
+            f"helm-operator: the helm executable {helm!r} ({where}) is not found or not executable; "
+            "install helm 3 or 4, or name it with --helm or $HELM_OPERATOR_HELM",
+            file=sys.stderr,
+        )
+        raise _Refused(EXIT_CONFIG)
     try:
         kubeconfig = _kubeconfig(args.kubeconfig)
         return App(Settings(watches=watches, kubeconfig=kubeconfig, helm=helm, hooks=hooks, **settings))
@@ -256,6 +272,7 @@ def cmd_dev_reap(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="helm-operator", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=f"helm-operator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator for the kinds in a watches file")

@@ -323,7 +323,7 @@ class App:
             )
         message, _ = asyncio.run(finalize(self.runtime, watch, ns, name))
         finalizers = body["metadata"].get("finalizers") or []
-        if FINALIZER in finalizers:
+        if FINALIZER in finalizers and body["metadata"].get("deletionTimestamp"):
             self.kube.drop_finalizer(ref, watch.served_plural, finalizers, FINALIZER)
             message += f"; finalizer {FINALIZER} removed"
         return message

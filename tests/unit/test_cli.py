@@ -111,3 +111,23 @@ def test_dev_wait_ends_on_signal_even_when_sigint_was_ignored(signum: int) -> No
         waiter.kill()
     assert waiter.returncode == 0
     assert out.strip() == "stopped"
+
+
+def test_version_flag() -> None:
+    from helm_operator import __version__
+
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"helm-operator {__version__}"
+
+
+def test_a_missing_helm_is_a_start_up_error(tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    chart.mkdir()
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
+    watches = tmp_path / "watches.yaml"
+    watches.write_text("- {group: g.example.com, version: v1, kind: A, chart: chart}\n")
+    proc = run("run", "--watches-file", str(watches), "--helm", str(tmp_path / "no-helm"))
+    assert proc.returncode == 2, proc
+    assert f"the helm executable '{tmp_path / 'no-helm'}' (--helm) is not found" in proc.stderr
+    bare = run("run", "--watches-file", str(watches))  # PATH=/usr/bin:/bin has no helm
+    assert bare.returncode == 2 and "'helm' (PATH) is not found" in bare.stderr, bare.stderr
