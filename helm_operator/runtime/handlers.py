@@ -84,6 +84,9 @@ class DigestDiffBase(kopf.AnnotationsDiffBaseStorage):
         self._store_marker(prefix=self.prefix, patch=patch, body=body)
 
 
+log = logging.getLogger(__name__)
+
+
 class OutageLogFilter(logging.Filter):
     """While the API server is away every watch stream and every handler of every resource
     retries; one line per ``every`` seconds says so (with how many were held back) instead of a
@@ -202,6 +205,8 @@ class Handlers:
         async with rt.concurrency.release(watch.key, cr.ident.key) as turn:
             result = await reconcile(rt, cr)
             phase, action = result.outcome.phase, result.outcome.action or "none"
+            if phase in ("stalled", "failed") and result.events:  # said once, with its reason first
+                log.warning("%s (%s): %s", phase, result.outcome.reason, result.outcome.message[:500])
             applied = result.outcome.release if result.outcome.action in ("install", "upgrade") else None
             if result.outcome.action is not None and (applied is not None or phase != "ready"):
                 # Helm's part is done and only a readiness read and two writes are left: the
