@@ -105,6 +105,12 @@ def helm(
     return Helm(binary, cluster, tmp_path_factory.mktemp(request.param))
 
 
+@pytest.fixture
+def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
+    """A helm v4 client (isolated home) for tests that read releases by hand."""
+    return Helm(tools.helm, cluster, tmp_path)
+
+
 def _fresh_namespace(cluster: DevCluster, request: pytest.FixtureRequest, prefix: str) -> Iterator[str]:
     base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
     name = f"{prefix}-{base}"[:50].rstrip("-") + f"-{os.urandom(2).hex()}"

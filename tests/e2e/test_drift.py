@@ -68,11 +68,6 @@ def dres(cluster: DevCluster) -> Iterator[Resources]:
     cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-@pytest.fixture
-def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
-    return Helm(tools.helm, cluster, tmp_path)
-
-
 def msd(name: str, **overrides: Any) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((REPO / "samples/microservicedeploy.yaml").read_text())
     doc["metadata"]["name"] = name

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helm_operator.core.naming import FINALIZER
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
@@ -19,11 +20,6 @@ from .operator import REPO, OperatorProcess, Resources, eventually
 
 KIND = "tinies.test.helm-operator.io"
 NGINX = "nginxes.example.com"
-
-
-@pytest.fixture
-def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
-    return Helm(tools.helm, cluster, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -149,6 +145,32 @@ def test_finalize_releases_a_resource_when_no_operator_runs(
         assert "orphan" not in releases(helm4, res.ns)
     finally:
         operator.start()
+
+
+def test_finalize_refuses_a_resource_that_is_not_being_deleted(
+    operator: OperatorProcess, res: Resources, helm4: Helm, tools: Toolchain, e2e_watches: Path
+) -> None:
+    import subprocess
+    import sys
+
+    res.apply(tiny("live", message="x"))
+    res.wait_condition(KIND, "live", "Ready")
+    cmd = [sys.executable, "-m", "helm_operator.cli", "finalize", "tiny", "live", "-n", res.ns]
+    cmd += ["--watches-file", str(e2e_watches), "--kubeconfig", str(res.cluster.kubeconfig)]
+    cmd += ["--helm", str(tools.helm)]
+    env = {**os.environ, "TINY_TAG": "2"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1, proc
+    assert "Tiny live is not being deleted" in proc.stderr and "--force" in proc.stderr, proc.stderr
+    assert releases(helm4, res.ns)["live"]["status"] == "deployed"
+    assert FINALIZER in res.get(KIND, "live")["metadata"]["finalizers"]
+
+    forced = subprocess.run([*cmd, "--force"], capture_output=True, text=True, timeout=120, env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert "WARNING: --force" in forced.stderr and "release live uninstalled" in forced.stdout
+    assert res.exists(KIND, "live")  # the resource stays; the operator installs its release again
+    assert FINALIZER in res.get(KIND, "live")["metadata"]["finalizers"]
+    eventually(lambda: "live" in releases(helm4, res.ns), timeout=90, what="release installed again")
 
 
 def test_a_kind_whose_crd_is_missing_is_waited_for_by_name(

@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
@@ -95,11 +93,6 @@ def lifecycle(
 
 def cluster_events(cluster: DevCluster, ns: str, name: str) -> list[dict[str, Any]]:
     return Resources(cluster, ns).events(name)
-
-
-@pytest.fixture
-def helm4(tools: Toolchain, cluster: DevCluster, tmp_path: Path) -> Helm:
-    return Helm(tools.helm, cluster, tmp_path)
 
 
 def test_lifecycle_helm4(operator: OperatorProcess, res: Resources, helm4: Helm, cluster: DevCluster) -> None:
