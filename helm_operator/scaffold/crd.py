@@ -138,10 +138,41 @@ class SchemaError(ValueError):
 # --- names -------------------------------------------------------------------------------------
 
 
+# Last words of a kind that are their own plural: uncountable, or plural already (a chart serves
+# the metrics, the settings, ...). Words ending in "ics" (metrics, analytics, diagnostics) too.
+UNCOUNTABLE = frozenset(
+    {
+        "credentials",
+        "data",
+        "equipment",
+        "feedback",
+        "firmware",
+        "hardware",
+        "info",
+        "information",
+        "metadata",
+        "middleware",
+        "news",
+        "series",
+        "settings",
+        "software",
+        "species",
+        "stats",
+        "traffic",
+    }
+)
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z][a-z0-9]*|[a-z0-9]+")
+
+
 def plural_of(kind: str) -> str:
-    """The resource name of a kind by English rules: Nginx → nginxes, Policy → policies,
-    Class → classes, Gateway → gateways, Memcached → memcacheds."""
+    """The resource name of a kind by English rules, on its last CamelCase word: Nginx → nginxes,
+    Policy → policies, Class → classes, Gateway → gateways, Memcached → memcacheds, and words that
+    are their own plural unchanged: KubeStateMetrics → kubestatemetrics, CacheData → cachedata."""
     word = kind.lower()
+    words = _WORDS.findall(kind)
+    last = words[-1].lower() if words else word
+    if last in UNCOUNTABLE or last.endswith("ics"):
+        return word
     if word.endswith(("s", "x", "z", "ch", "sh")):
         return word + "es"
     if word.endswith("y") and len(word) > 1 and word[-2] not in "aeiou":
@@ -389,8 +420,9 @@ class _Converter:
         required = schema.get("required") or []
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             raise SchemaError(f"{at}/required", "expected a list of property names")
-        # Required, unless values.yaml already sets it: the spec is merged over the defaults.
-        needed = [r for r in required if given.get(r) is None and (r in properties or out.get(PRESERVE))]
+        # Required, unless values.yaml already has it (even as null, which the chart's schema then
+        # allows): the spec is merged over the defaults, so the merged values have it anyway.
+        needed = [r for r in required if r not in given and (r in properties or out.get(PRESERVE))]
         if needed:
             out["required"] = needed
         return out
@@ -419,7 +451,11 @@ def _head(schema: Mapping[str, Any], nullable: bool, kind: str | None = None) ->
         enum = [v for v in enum if v is not None]
     if nullable:
         node["nullable"] = True
-    if isinstance(enum, list) and enum:
+    if isinstance(enum, list) and enum and nullable:
+        # The API server checks an enum before it lets a null through, even when the enum lists
+        # null; inside anyOf the same values are checked only on a value that is not null.
+        node["anyOf"] = [{"enum": enum}]
+    elif isinstance(enum, list) and enum:
         node["enum"] = enum
     if schema.get("default") is not None:
         node["default"] = schema["default"]
@@ -661,13 +697,48 @@ def dump(doc: Mapping[str, Any], header: Sequence[str] = ()) -> str:
     return lines + body
 
 
+def without_nulls(values: Mapping[str, Any], at: str = "") -> tuple[dict[str, Any], list[str]]:
+    """``values`` without its ``null``s, and the paths left out.
+
+    A client-side ``kubectl apply`` drops ``null`` map values before the API server sees them, so a
+    sample carrying them is not what gets stored, and a map holding only ``null``s arrives empty
+    (or, edited by hand, as ``null``) where the schema may want properties. Such a map is left out
+    too. Nothing is lost: the spec is merged over values.yaml, which still has them.
+    """
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in values.items():
+        path = f"{at}.{key}" if at else str(key)
+        if value is None:
+            dropped.append(path)
+            continue
+        if isinstance(value, Mapping):
+            kept, gone = without_nulls(value, path)
+            dropped += gone
+            if not kept and value:  # emptied by the pruning (an empty map in values.yaml stays)
+                dropped[len(dropped) - len(gone) :] = [path]
+                continue
+            value = kept
+        elif isinstance(value, list):
+            items = []
+            for i, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    item, gone = without_nulls(item, f"{path}[{i}]")
+                    dropped += gone
+                items.append(item)
+            value = items
+        out[str(key)] = value
+    return out, dropped
+
+
 def sample(group: str, version: str, kind: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """An example resource whose spec is the chart's defaults: a starting point users edit."""
+    """An example resource whose spec is the chart's defaults (but their ``null``s, see
+    :func:`without_nulls`): a starting point users edit, which applies as it is."""
     return {
         "apiVersion": f"{group}/{version}",
         "kind": kind,
         "metadata": {"name": f"{kind.lower()}-sample"},
-        "spec": dict(defaults),
+        "spec": without_nulls(defaults)[0],
     }
 
 

@@ -26,7 +26,7 @@ import yaml
 
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch, WatchesError, load_watches
-from helm_operator.scaffold import crd
+from helm_operator.scaffold import crd, watchfile
 
 REGENERATE = "helm-operator create-api --regenerate-crd"
 
@@ -210,6 +210,9 @@ class _AnyEnv(Mapping[str, str]):
 
 
 def _watches(path: Path) -> list[Watch]:
+    """The entries of a watches file; one without any (fresh from ``init``: ``[]``) has none."""
+    if _raw_entries(path) == []:
+        return []
     try:
         return load_watches(path, env=_AnyEnv())
     except WatchesError as exc:
@@ -426,18 +429,23 @@ def create(req: Request) -> Outcome:
         if taken:
             raise ApiError(f"{target}: already holds the CRD of another kind")
         text = text_of(entries, definition)
+        entry = _entry(req, label)
+        watches_text = _with_entry(watches_path, entry)
+        _check_watches(watches_path, watches_text, source)
+        sample_text = _sample_text(req, chart, sample_path.relative_to(project))
 
+        # Everything is checked: from here on, only writes.
         _install_chart(source, dest)
     written = [dest]
-    _append_watch(watches_path, req, label)
+    watches_path.parent.mkdir(parents=True, exist_ok=True)
+    watches_path.write_text(watches_text)
     written.append(watches_path)
     sample_path.parent.mkdir(parents=True, exist_ok=True)
-    sample_path.write_text(_sample_text(req, chart, sample_path.relative_to(project)))
+    sample_path.write_text(sample_text)
     written.append(sample_path)
     crd_folder.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
     written.append(target)
-    _watches(watches_path)  # what was appended must load
     return Outcome(written=written)
 
 
@@ -467,32 +475,53 @@ def _source(req: Request, dest: Path, tmp: Path) -> Path:
     return pull(req.chart, repo=req.repo, version=req.chart_version, helm=req.helm, into=tmp)
 
 
-def _append_watch(path: Path, req: Request, chart: str) -> None:
+def _entry(req: Request, chart: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"group": req.group, "version": req.version, "kind": req.kind, "chart": chart}
     if req.plural:
         entry["plural"] = req.plural
     if req.cluster_scoped:
         entry["scope"] = "Cluster"
         entry["releaseNamespace"] = req.release_namespace
-    block = yaml.safe_dump([entry], sort_keys=False)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            "# Which chart serves which custom resource kind; chart paths are relative to this file.\n"
-            + block
-        )
-        return
-    text = path.read_text()
-    if text and not text.endswith("\n"):
-        text += "\n"
-    path.write_text(f"{text}\n{block}")
+    return entry
+
+
+def _with_entry(path: Path, entry: Mapping[str, Any]) -> str:
+    """The watches file's new text: its comments kept, the entry added to its list."""
+    try:
+        return watchfile.add_entry(path.read_text() if path.exists() else "", entry, str(path))
+    except watchfile.WatchFileError as exc:
+        raise ApiError(str(exc)) from None
+
+
+def _check_watches(path: Path, text: str, new_chart: Path) -> None:
+    """The new watches text loads as the operator will load it. Checked on a copy whose local
+    chart paths are absolute (the new entry's chart is not in the project yet): nothing written."""
+    entries = yaml.safe_load(text)
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("chart"), str):
+            continue  # load_watches names what is wrong with it
+        chart = entry["chart"]
+        if i == len(entries) - 1:
+            entry["chart"] = str(new_chart.resolve())
+        elif not (chart.startswith("oci://") or entry.get("repo")):
+            entry["chart"] = str((path.parent / chart).resolve())
+    with tempfile.TemporaryDirectory(prefix="helm-operator-watches-") as tmp:
+        copy = Path(tmp) / path.name
+        copy.write_text(yaml.safe_dump(entries, sort_keys=False))
+        try:
+            load_watches(copy, env=_AnyEnv())
+        except WatchesError as exc:
+            raise ApiError(str(exc).replace(str(copy), str(path))) from None
 
 
 def _sample_text(req: Request, chart: ChartSource, where: Path) -> str:
-    return crd.dump(
-        crd.sample(req.group, req.version, req.kind, chart.defaults),
-        [
-            f"A {req.kind} with the defaults of the {chart.name} chart: its spec is the chart's values.",
-            f"Edit it, then: kubectl apply -f {where}",
-        ],
-    )
+    article = "An" if req.kind[:1] in "AEIOU" else "A"
+    header = [
+        f"{article} {req.kind} with the defaults of the {chart.name} chart: its spec is the chart's values."
+    ]
+    _, left_out = crd.without_nulls(chart.defaults)
+    if left_out:
+        shown = ", ".join(left_out[:8]) + (f" and {len(left_out) - 8} more" if len(left_out) > 8 else "")
+        header.append(f"Values that are null by default are left out (kubectl apply drops nulls): {shown}.")
+    header.append(f"Edit it, then: kubectl apply -f {where}")
+    return crd.dump(crd.sample(req.group, req.version, req.kind, chart.defaults), header)

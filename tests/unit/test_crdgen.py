@@ -125,6 +125,45 @@ def test_unions_kubernetes_cannot_type() -> None:
     assert props["flag"] == {"enum": [True, False, "true", "false"], PRESERVE: True}
 
 
+def test_a_nullable_enum_checks_its_values_but_lets_null_through() -> None:
+    """The API server refuses null for a nullable field with an enum, even one listing null; the
+    same values inside anyOf are checked only on a value that is not null."""
+    props = spec_of(
+        obj(
+            policy={"type": ["string", "null"], "enum": ["Cluster", "Local", None]},
+            format={"type": ["string", "null"], "enum": ["json", "text"]},
+            level={"enum": ["debug", "info", None]},
+            plain={"type": "string", "enum": ["a", "b"]},
+        )
+    )["properties"]
+    assert props["policy"] == {"type": "string", "nullable": True, "anyOf": [{"enum": ["Cluster", "Local"]}]}
+    assert props["format"] == {"type": "string", "nullable": True, "anyOf": [{"enum": ["json", "text"]}]}
+    assert props["level"] == {"type": "string", "nullable": True, "anyOf": [{"enum": ["debug", "info"]}]}
+    assert props["plain"] == {"type": "string", "enum": ["a", "b"]}
+
+
+def test_a_property_values_yaml_has_as_null_is_not_required() -> None:
+    """Helm's merge keeps the key of values.yaml (null), so a spec need not set it."""
+    schema = {**obj(tls={"type": ["string", "null"]}, other={"type": "string"}), "required": ["tls", "other"]}
+    assert spec_of(schema, {"tls": None})["required"] == ["other"]
+
+
+def test_samples_leave_out_nulls_and_maps_only_nulls_filled() -> None:
+    defaults = {
+        "digest": None,
+        "tls": {"secretName": None, "minVersion": None},
+        "deep": {"a": {"b": None}},
+        "image": {"repository": "nginx", "digest": None},
+        "labels": {},
+        "ports": [{"name": "http", "port": None}],
+        "count": 0,
+    }
+    spec, left_out = crd.without_nulls(defaults)
+    assert spec == {"image": {"repository": "nginx"}, "labels": {}, "ports": [{"name": "http"}], "count": 0}
+    assert left_out == ["digest", "tls", "deep", "image.digest", "ports[0].port"]
+    assert crd.sample("a.example.com", "v1", "A", defaults)["spec"] == spec
+
+
 def test_union_branches_keep_only_checks_every_applicable_branch_shares() -> None:
     out = spec_of(obj(a={"anyOf": [{"type": "string", "pattern": "^x"}, {"type": "string"}]}))
     assert out["properties"]["a"] == {"type": "string"}
@@ -280,6 +319,12 @@ def test_spec_schema_says_where_it_comes_from() -> None:
         ("Batch", "batches"),
         ("Mesh", "meshes"),
         ("RedisEnterpriseCluster", "redisenterpriseclusters"),
+        # The last word is its own plural: uncountable, or plural already.
+        ("KubeStateMetrics", "kubestatemetrics"),
+        ("WebAnalytics", "webanalytics"),
+        ("CacheData", "cachedata"),
+        ("ProxySettings", "proxysettings"),
+        ("MetricsServer", "metricsservers"),  # only the last word decides
     ],
 )
 def test_plural(kind: str, plural: str) -> None:
@@ -379,6 +424,8 @@ def _as_json_schema(node: Any) -> Any:
         out["type"] = ["integer", "string"]
     if node.get("nullable") and "type" in out:
         out["type"] = [*([out["type"]] if isinstance(out["type"], str) else out["type"]), "null"]
+    if node.get("nullable") and "anyOf" in out:  # the API server checks anyOf on non-null values
+        out["anyOf"] = [*out["anyOf"], {"type": "null"}]
     return out
 
 

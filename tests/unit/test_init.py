@@ -9,6 +9,7 @@ import yaml
 
 from helm_operator import __version__
 from helm_operator.cli.main import main
+from helm_operator.config.watches import load_watches
 from helm_operator.scaffold import deploy
 
 from .test_dockerfile import check_dockerfile
@@ -115,3 +116,104 @@ def test_init_rejects_names_kubernetes_would_reject(
     rc, _, err = init(capsys, str(tmp_path / "x"), "--name", "Shop_1")
     assert rc == 2 and "invalid name 'Shop_1'" in err and "--name" in err
     assert not (tmp_path / "x").exists()
+
+
+E2E_CHARTS = Path(__file__).resolve().parents[1] / "e2e" / "charts"
+
+
+def create_api(capsys: pytest.CaptureFixture[str], project: Path, *args: str) -> tuple[int, str, str]:
+    rc = main(["create-api", "--project-dir", str(project), *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def has_null(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(v is None or has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_null(v) for v in value)
+    return False
+
+
+def test_init_then_create_api_three_times_keeps_a_project_that_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init writes `[]` (with its format in comments); every create-api adds to that list."""
+    project = tmp_path / "shop"
+    assert init(capsys, str(project), "--name", "shop")[0] == 0
+    comments = (project / "watches.yaml").read_text().replace("[]\n", "")
+    kinds = [
+        ("proxy.example.com", "IngressProxy", "ingressproxy", "ingressproxies"),
+        ("apps.example.com", "WebAnalytics", "analytics", "webanalytics"),
+        ("monitoring.example.com", "KubeStateMetrics", "statemetrics", "kubestatemetrics"),
+    ]
+    for group, kind, chart, plural in kinds:
+        rc, out, err = create_api(
+            capsys,
+            project,
+            "--group",
+            group,
+            "--version",
+            "v1",
+            "--kind",
+            kind,
+            "--chart",
+            str(E2E_CHARTS / chart),
+        )
+        assert rc == 0, err
+        assert f"wrote {project / 'crds' / f'{plural}.{group}.yaml'}" in out
+    text = (project / "watches.yaml").read_text()
+    assert text.startswith(comments)  # init's explanation of the format stays
+    watches = load_watches(project / "watches.yaml")
+    assert [(w.group, w.kind, w.chart.path) for w in watches] == [
+        (group, kind, (project / "charts" / kind.lower()).resolve()) for group, kind, _, _ in kinds
+    ]
+    assert create_api(capsys, project, "--regenerate-crd", "--check")[0] == 0
+    for _, kind, _, _ in kinds:
+        sample = (project / "samples" / f"{kind.lower()}.yaml").read_text()
+        assert not has_null(yaml.safe_load(sample)), sample  # kubectl apply would drop them
+    assert (
+        "left out (kubectl apply drops nulls): controller.image.digest, controller.logFormat"
+        in (project / "samples/ingressproxy.yaml").read_text()
+    )
+    assert "# An IngressProxy with the defaults" in (project / "samples/ingressproxy.yaml").read_text()
+
+
+def test_create_api_in_a_fresh_project_regenerates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    init(capsys, str(tmp_path), "--name", "shop")
+    rc, out, err = create_api(capsys, tmp_path, "--regenerate-crd", "--check")
+    assert (rc, out, err) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("watches", "message"),
+    [
+        (
+            "- {group: a.example.com, version: v1, kind: A, chart: charts/a, reconcilePeriod: soon}\n",
+            "watches.yaml: entry 0: field 'reconcilePeriod': expected a duration",
+        ),
+        ("- {group: a.example.com, version: v1, kind: A, chart: charts/nowhere}\n", "entry 0: field 'chart'"),
+        ("watches:\n  - kind: A\n", "watches.yaml: expected a list of watch entries"),
+        ("- a\n...\n", "add this entry by hand:\n- group: b.example.com\n"),
+    ],
+)
+def test_create_api_checks_the_resulting_watches_file_before_writing_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], watches: str, message: str
+) -> None:
+    init(capsys, str(tmp_path), "--name", "shop")
+    (tmp_path / "charts/a").mkdir()
+    (tmp_path / "charts/a/Chart.yaml").write_text("apiVersion: v2\nname: a\nversion: 0.1.0\n")
+    (tmp_path / "watches.yaml").write_text(watches)
+    before = files_of(tmp_path)
+    rc, _, err = create_api(
+        capsys, tmp_path, "--group", "b.example.com", "--version", "v1", "--kind", "B",
+        "--chart", str(E2E_CHARTS / "analytics"),
+    )  # fmt: skip
+    assert rc == 2 and message in err, err
+    assert files_of(tmp_path) == before  # no chart, sample or CRD, and the watches file as it was
