@@ -138,14 +138,17 @@ def cmd_rbac(args: argparse.Namespace) -> int:
             name=args.name,
             namespace=args.operator_namespace,
         )
-        docs, _ = sources.generate(options)
-        text = rbac.render_yaml(docs, _command(args))
+        generated = sources.generate_project(options)
+        docs = generated.docs
+        text = rbac.render_yaml(docs, _command(args), generated.notes)
     except WatchesError as exc:
         print(f"helm-operator rbac: invalid watches file: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except rbac.RbacError as exc:
         print(f"helm-operator rbac: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    for note in generated.notes:
+        print(f"helm-operator rbac: note: {note}", file=sys.stderr)
     if args.escalate:
         print(
             "helm-operator rbac: warning: --escalate lets the operator grant any permission (escalate/bind)",

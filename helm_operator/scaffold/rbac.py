@@ -27,11 +27,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from helm_operator.scaffold.deploy import Flow, dump
 
 HELM_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 READ_VERBS = ("get", "list", "watch")
 LEASE_VERBS = ("get", "list", "watch", "create", "update", "patch")
+CRD_GROUP = "apiextensions.k8s.io"
 _VERB_ORDER = (*HELM_VERBS, "deletecollection", "bind", "escalate", "impersonate")
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
@@ -151,6 +154,38 @@ def group_of(api_version: str) -> str:
 # Reading manifests
 
 
+class FromCrdsFolder(dict[str, Any]):
+    """A rendered object that Helm takes from a chart's ``crds/`` folder (not a template): it is
+    only ever created, never updated on upgrade nor deleted."""
+
+
+_SOURCE = re.compile(r"^# Source: (\S.*?)\s*$", re.MULTILINE)
+_SEPARATOR = re.compile(r"^---(?:[ \t].*)?$", re.MULTILINE)
+_CRDS_FOLDER = re.compile(r"^[^/]+(?:/charts/[^/]+)*/crds/")
+
+
+def rendered_documents(stream: str) -> list[dict[str, Any]]:
+    """The objects of ``helm template --include-crds`` output; those from a ``crds/`` folder (of
+    the chart or a subchart: Helm's ``# Source: <chart>/crds/<file>`` line, which holds for every
+    document of that file) as :class:`FromCrdsFolder`. Raises ``yaml.YAMLError``."""
+    out: list[dict[str, Any]] = []
+    source = ""
+    for chunk in _SEPARATOR.split(stream):
+        found = _SOURCE.search(chunk)
+        if found:
+            source = found.group(1)
+        from_crds = bool(_CRDS_FOLDER.match(source))
+        for doc in yaml.safe_load_all(chunk):
+            if not isinstance(doc, dict):
+                continue
+            if from_crds:
+                doc = FromCrdsFolder(doc)
+                if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+                    doc["items"] = [FromCrdsFolder(i) if isinstance(i, dict) else i for i in doc["items"]]
+            out.append(doc)
+    return out
+
+
 def objects(docs: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Every object in a stream of rendered documents, the items of ``kind: List`` included."""
     for doc in docs:
@@ -171,10 +206,7 @@ def crd_resources(docs: Iterable[Any]) -> dict[tuple[str, str], ApiResource]:
     """The kinds the CustomResourceDefinitions among ``docs`` define, by (group, kind)."""
     found: dict[tuple[str, str], ApiResource] = {}
     for d in objects(docs):
-        if (
-            d["kind"] != "CustomResourceDefinition"
-            or group_of(str(d.get("apiVersion"))) != "apiextensions.k8s.io"
-        ):
+        if d["kind"] != "CustomResourceDefinition" or group_of(str(d.get("apiVersion"))) != CRD_GROUP:
             continue
         spec = d.get("spec") or {}
         names = spec.get("names") or {}
@@ -286,7 +318,7 @@ def base_grants() -> list[Grant]:
         # kopf lists/watches namespaces (namespace patterns) and CRDs (kinds appearing later);
         # the operator sweeps terminating namespaces for resources waiting on its finalizer.
         Grant(CLUSTER, "", "namespaces", READ_VERBS),
-        Grant(CLUSTER, "apiextensions.k8s.io", "customresourcedefinitions", READ_VERBS),
+        Grant(CLUSTER, CRD_GROUP, "customresourcedefinitions", READ_VERBS),
     ]
 
 
@@ -401,6 +433,19 @@ def _held_rule(rule: Mapping[str, Any], scope: str, where: str) -> list[Grant]:
     return out
 
 
+def crds_folder_grants(resource: ApiResource, names: Iterable[str]) -> list[Grant]:
+    """What Helm does with what a chart's ``crds/`` folder holds (CRDs, by convention): it creates
+    them at a release's first install (Helm 3 posts them, so ``create`` cannot be limited to their
+    names; Helm 4 applies them server-side: ``patch``, limited to their names) and never updates
+    them on upgrade nor deletes them. Reading CRDs is in every operator's base grants."""
+    scope = NAMESPACE if resource.namespaced else CLUSTER
+    named = tuple(sorted(n for n in names if n))
+    return [
+        Grant(scope, resource.group, resource.plural, ("create",)),
+        Grant(scope, resource.group, resource.plural, ("patch",), names=named),
+    ]
+
+
 def escalate_grants() -> list[Grant]:
     """``escalate``/``bind`` on roles: the operator may grant anything. Only on explicit request."""
     return [
@@ -498,6 +543,24 @@ class Derived:
 
     grants: list[Grant] = field(default_factory=list)
     rendered: dict[str, set[tuple[str, str]]] = field(default_factory=dict)  # chart -> kinds
+    # chart -> (apiVersion, kind, name) of what its crds/ folders hold
+    crds_folders: dict[str, set[tuple[str, str, str]]] = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        """What a reader of the generated RBAC should know: cluster-wide rights it grants."""
+        return [
+            f"{chart} creates from its crds/ folder {_listing(objs)}: the operator may create"
+            " objects of that kind (CRDs: cluster-wide) and patch these by name (Helm 4 applies"
+            " them server-side); Helm never updates them on upgrade nor deletes them"
+            for chart, objs in sorted(self.crds_folders.items())
+        ]
+
+
+def _listing(objs: Iterable[tuple[str, str, str]]) -> str:
+    by_kind: dict[str, list[str]] = {}
+    for _, kind, name in sorted(objs):
+        by_kind.setdefault(kind, []).append(name)
+    return "; ".join(f"{kind} {', '.join(names)}" for kind, names in sorted(by_kind.items()))
 
 
 def derive(
@@ -541,10 +604,30 @@ def derive(
             for use in uses:
                 collect.kind(use.api_version, use.kind, use.verbs, use.where, generated=False)
     for w, label, docs in rendered:
-        for api_version, kind in sorted(kinds_in(docs)):
+        templated = [d for d in docs if not isinstance(d, FromCrdsFolder)]
+        for api_version, kind in sorted(kinds_in(templated)):
             collect.kind(api_version, kind, HELM_VERBS, f"{w.chart} ({label})")
             out.rendered.setdefault(w.chart, set()).add((api_version, kind))
-        out.grants += chart_rbac_grants(docs, f"{w.chart} ({label})", escalate)
+        for d in docs:
+            if isinstance(d, FromCrdsFolder):
+                found = (
+                    str(d.get("apiVersion", "")),
+                    str(d["kind"]),
+                    str((d.get("metadata") or {}).get("name", "")),
+                )
+                out.crds_folders.setdefault(w.chart, set()).add(found)
+                out.rendered.setdefault(w.chart, set()).add(found[:2])
+        out.grants += chart_rbac_grants(templated, f"{w.chart} ({label})", escalate)
+    created: dict[ApiResource, set[str]] = {}
+    for chart, held in sorted(out.crds_folders.items()):
+        for api_version, kind, name in sorted(held):
+            resource = mapped(api_version, kind)
+            if resource is None:
+                collect.unknown.setdefault((api_version, kind), set()).add(f"{chart} (crds/)")
+            else:
+                created.setdefault(resource, set()).add(name)
+    for resource, names in created.items():
+        out.grants += crds_folder_grants(resource, names)
     collect.check()
     out.grants += collect.grants
     out.grants += extra
@@ -624,11 +707,13 @@ def manifests(
     return docs
 
 
-def render_yaml(docs: Sequence[Mapping[str, Any]], command: str) -> str:
-    """The manifests as one YAML stream under a header saying how to regenerate them."""
+def render_yaml(docs: Sequence[Mapping[str, Any]], command: str, notes: Sequence[str] = ()) -> str:
+    """The manifests as one YAML stream under a header saying how to regenerate them (and the
+    ``notes`` a reviewer must see, such as cluster-wide rights on CRDs)."""
     header = (
         "# Generated from what the watched charts render and their hooks use; do not edit by hand.\n"
         f"# Regenerate with: {command}\n"
     )
+    header += "".join(f"# Note: {note}.\n" for note in notes)
     body = "---\n".join(dump(d) for d in docs)
     return header + "---\n" + body

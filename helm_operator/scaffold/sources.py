@@ -31,7 +31,8 @@ SERVICE_ACCOUNT_FILE = "config/01-service-account.yaml"
 def helm_template(
     helm: str, chart: ChartRef, release: str, namespace: str, values: Mapping[str, Any], what: str
 ) -> list[dict[str, Any]]:
-    """``helm template`` one chart: hooks and the chart's CRDs included, test hooks left out."""
+    """``helm template`` one chart: hooks and the chart's CRDs included (those of ``crds/`` folders
+    marked, see :func:`rbac.rendered_documents`), test hooks left out."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="rbac-values-") as f:
         yaml.safe_dump(dict(values), f)
         f.flush()
@@ -51,7 +52,7 @@ def helm_template(
     if proc.returncode != 0:
         raise RbacError(f"{what}: helm template failed: {proc.stderr.strip()}")
     try:
-        return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+        return rbac.rendered_documents(proc.stdout)
     except yaml.YAMLError as exc:
         raise RbacError(f"{what}: helm template printed invalid YAML: {exc}") from None
 
@@ -226,8 +227,23 @@ def _rel(path: Path, base: Path) -> str:
         return str(path)
 
 
+@dataclass(frozen=True)
+class Generated:
+    """The RBAC manifests for a project, whom they bind, and what a reader must be told."""
+
+    docs: list[dict[str, Any]]
+    identity: Identity
+    notes: list[str]
+
+
 def generate(options: Options) -> tuple[list[dict[str, Any]], Identity]:
     """The RBAC manifests for a project, and whom they bind."""
+    out = generate_project(options)
+    return out.docs, out.identity
+
+
+def generate_project(options: Options) -> Generated:
+    """The RBAC manifests for a project, whom they bind, and notes on cluster-wide grants."""
     base = options.watches_file.resolve().parent
     watches = load_project_watches(options.watches_file)
     watched = _watched(watches, options, base)
@@ -256,4 +272,4 @@ def generate(options: Options) -> tuple[list[dict[str, Any]], Identity]:
     if options.namespace_scoped:
         release_namespaces = [n for n in namespaces.values() if n]
         scoped = [*(options.watch_namespaces or [identity.namespace]), *release_namespaces]
-    return rbac.manifests(derived.grants, identity, scoped), identity
+    return Generated(rbac.manifests(derived.grants, identity, scoped), identity, derived.notes())

@@ -345,3 +345,107 @@ def test_committed_rbac_has_no_wildcards_and_says_how_it_was_made() -> None:
     docs = [d for d in yaml.safe_load_all(text) if d]
     rules = [r for d in docs for r in d.get("rules", [])]
     assert rules and not [s for s in strings(rules) if "*" in s]
+
+
+# What `helm template --include-crds` prints for a chart with a crds/ folder, a subchart's crds/
+# (two CRDs in one file: the second document has no Source line of its own) and a template that
+# renders a CRD itself (which Helm then manages like any object).
+TEMPLATE_OUTPUT = """\
+---
+# Source: exporter/crds/rules.yaml
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: rules.mon.example.com
+spec: {group: mon.example.com, scope: Namespaced, names: {kind: Rule, plural: rules}}
+---
+# Source: exporter/charts/sub/crds/both.yaml
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: probes.mon.example.com}
+spec: {group: mon.example.com, scope: Namespaced, names: {kind: Probe, plural: probes}}
+---
+# a comment between the documents of the same file
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: scrapes.mon.example.com}
+spec: {group: mon.example.com, scope: Namespaced, names: {kind: Scrape, plural: scrapes}}
+---
+# Source: exporter/templates/crds/managed.yaml
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: managed.mon.example.com}
+spec: {group: mon.example.com, scope: Cluster, names: {kind: Managed, plural: managed}}
+---
+# Source: exporter/templates/rule.yaml
+apiVersion: mon.example.com/v1
+kind: Rule
+metadata: {name: default}
+"""
+
+
+def test_helm_template_output_tells_crds_folders_from_templates() -> None:
+    docs = rbac.rendered_documents(TEMPLATE_OUTPUT)
+    assert [(d["metadata"]["name"], isinstance(d, rbac.FromCrdsFolder)) for d in docs] == [
+        ("rules.mon.example.com", True),
+        ("probes.mon.example.com", True),
+        ("scrapes.mon.example.com", True),
+        ("managed.mon.example.com", False),
+        ("default", False),
+    ]
+
+
+def test_crds_of_a_crds_folder_are_only_created_and_said_so() -> None:
+    """Helm creates them at a first install (Helm 4: a server-side apply, a PATCH by name) and
+    never updates nor deletes them: no update/delete on CRDs, patch only on those names."""
+    docs = rbac.rendered_documents(TEMPLATE_OUTPUT)
+    folder = [d for d in docs if isinstance(d, rbac.FromCrdsFolder)]
+    derived = rbac.derive([watched(*folder, docs[-1])], fake_render, no_discovery)
+    crd_rules = [
+        r
+        for r in rbac.rules(derived.grants, [rbac.CLUSTER])
+        if r["resources"] == ["customresourcedefinitions"]
+    ]
+    assert crd_rules == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["get", "list", "watch", "create"],
+        },
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["patch"],
+            "resourceNames": ["probes.mon.example.com", "rules.mon.example.com", "scrapes.mon.example.com"],
+        },
+    ]
+    assert policy(derived.grants)[("mon.example.com", "rules")] == list(rbac.HELM_VERBS)  # the CRD maps it
+    (note,) = derived.notes()
+    assert note.startswith(
+        "charts/thing creates from its crds/ folder CustomResourceDefinition probes.mon.example.com, rules."
+    )
+    assert "Helm never updates them on upgrade nor deletes them" in note
+    text = rbac.render_yaml(rbac.manifests(derived.grants, rbac.Identity()), "helm-operator rbac", [note])
+    assert f"\n# Note: {note}.\n---\n" in text
+
+
+def test_a_crd_a_template_renders_is_managed_like_any_object() -> None:
+    docs = rbac.rendered_documents(TEMPLATE_OUTPUT)
+    derived = rbac.derive([watched(docs[3])], fake_render, no_discovery)
+    assert policy(derived.grants)[("apiextensions.k8s.io", "customresourcedefinitions")] == list(
+        rbac.HELM_VERBS
+    )
+    assert derived.notes() == []
+
+
+def test_whatever_a_crds_folder_holds_is_only_created() -> None:
+    docs = rbac.rendered_documents(
+        "---\n# Source: x/crds/odd.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: seed}\n"
+    )
+    derived = rbac.derive([watched(*docs)], fake_render, no_discovery)
+    rules = [r for r in rbac.rules(derived.grants, [rbac.NAMESPACE]) if "configmaps" in r["resources"]]
+    assert rules == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"], "resourceNames": ["seed"]},
+    ]
+    assert derived.notes()[0].startswith("charts/thing creates from its crds/ folder ConfigMap seed: ")
