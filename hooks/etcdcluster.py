@@ -9,6 +9,9 @@ PersistentVolumeClaim ``<cluster>-backups``. ``restore.fromBackup`` (a snapshot 
 recorded, or its location) fills every member's data volume before the StatefulSet starts, so it
 needs ``pod.persistentVolumeClaimSpec``. With ``tls.static.operatorSecret`` etcdctl uses that
 client certificate (keys ``etcd-client.crt``, ``etcd-client.key``, ``etcd-client-ca.crt``).
+
+Every spec value reaches a Job as one argv element or an environment variable (``jobs.command``,
+``jobs.shell`` with a constant ``Script``), never as shell text; ``validate`` checks their shapes.
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from helm_operator.hooks import Context, Hooks, InvalidSpec, PermanentError, bounded
-from helm_operator.hooks.builtin import backup
+from helm_operator.hooks.builtin import backup, jobs, shapes
+from helm_operator.hooks.builtin.jobs import Script
 from helm_operator.hooks.builtin.retention import Retention
 
 AWS_CLI = "amazon/aws-cli:2.22.35"
 BUSYBOX = "busybox:1.37"
 TLS_DIR = "/etc/etcdtls/operator"
+
+# Removes the objects given as arguments (the URLs are "$@": data, never parsed as shell).
+PRUNE_S3 = Script('for url in "$@"; do aws s3 rm "$url"; done')
 
 hooks = Hooks()
 
@@ -41,19 +48,46 @@ def retention(spec: Mapping[str, Any]) -> Retention:
     return Retention(max_count=count)
 
 
-def _s3(section: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _s3(section: Mapping[str, Any], path: str = "spec.backup") -> Mapping[str, Any] | None:
     """The S3 settings of a section (``backup`` or ``restore``) if it stores in S3."""
     kind = str(section.get("storageType") or "")
     if kind and kind != "S3":
         raise InvalidSpec(
-            "spec.backup.storageType", f"{kind} is not supported: use S3, or leave it out for a volume"
+            f"{path}.storageType", f"{kind} is not supported: use S3, or leave it out for a volume"
         )
     if kind != "S3":
         return None
     s3 = section.get("s3") or {}
     if not s3.get("s3Bucket") or not s3.get("awsSecret"):
-        raise InvalidSpec("spec.backup.s3", "storageType S3 needs s3.s3Bucket and s3.awsSecret")
+        raise InvalidSpec(f"{path}.s3", "storageType S3 needs s3.s3Bucket and s3.awsSecret")
     return s3
+
+
+S3_SHAPES = {
+    "s3Bucket": shapes.BUCKET,
+    "awsSecret": shapes.NAME,
+    "path": shapes.KEY_PREFIX,
+    "endpoint": shapes.ENDPOINT,
+}
+
+
+def check_shapes(spec: Mapping[str, Any]) -> None:
+    """Every spec string that reaches a Job has its shape (``InvalidSpec`` names the field)."""
+    for section in ("backup", "restore"):
+        s3 = (spec.get(section) or {}).get("s3") or {}
+        for key, shape in S3_SHAPES.items():
+            if s3.get(key) not in (None, ""):
+                shape.check(s3[key], f"spec.{section}.s3.{key}")
+    source = (spec.get("restore") or {}).get("fromBackup")
+    if source is not None:
+        shapes.LOCATION.check(source, "spec.restore.fromBackup")
+    static = (spec.get("tls") or {}).get("static") or {}
+    secrets = {"operatorSecret": static.get("operatorSecret"), **(static.get("member") or {})}
+    for key, secret in secrets.items():
+        if secret not in (None, ""):
+            shapes.NAME.check(secret, f"spec.tls.static.{'' if key == 'operatorSecret' else 'member.'}{key}")
+    if spec.get("repository") is not None:
+        shapes.IMAGE_REPOSITORY.check(spec["repository"], "spec.repository")
 
 
 def statefulset(ctx: Context) -> str:
@@ -65,17 +99,17 @@ def _image(ctx: Context) -> str:
     return f"{values.get('repository', 'quay.io/coreos/etcd')}:v{values.get('version', '3.5.17')}"
 
 
-def _tls(ctx: Context) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+def _tls(ctx: Context) -> tuple[list[str], list[dict[str, Any]], dict[str, str]]:
     """etcdctl flags, volumes and mounts for the operator's client certificate, if configured."""
     secret = ((ctx.spec.get("tls") or {}).get("static") or {}).get("operatorSecret")
     if not secret:
-        return [], [], []
+        return [], [], {}
     flags = [
         f"--cacert={TLS_DIR}/etcd-client-ca.crt",
         f"--cert={TLS_DIR}/etcd-client.crt",
         f"--key={TLS_DIR}/etcd-client.key",
     ]
-    return flags, [{"name": "tls", "secret": {"secretName": secret}}], [{"name": "tls", "mountPath": TLS_DIR}]
+    return flags, [{"name": "tls", "secret": {"secretName": str(secret)}}], {"tls": TLS_DIR}
 
 
 def _scheme(ctx: Context, which: str) -> str:
@@ -83,22 +117,17 @@ def _scheme(ctx: Context, which: str) -> str:
     return "https" if member.get(f"{which}Secret") else "http"
 
 
-def _aws(s3: Mapping[str, Any], args: list[str]) -> dict[str, Any]:
+def _aws_env(s3: Mapping[str, Any]) -> dict[str, str]:
+    """The AWS CLI's settings: credentials from the Secret, the endpoint (read by the CLI itself
+    from ``AWS_ENDPOINT_URL``, 2.13 and later)."""
+    env = {"AWS_SHARED_CREDENTIALS_FILE": "/etc/aws/credentials", "AWS_CONFIG_FILE": "/etc/aws/config"}
     if s3.get("endpoint"):
-        args = [*args, "--endpoint-url", str(s3["endpoint"])]
-    return {
-        "name": "upload",
-        "image": AWS_CLI,
-        "args": args,
-        "env": [
-            {"name": "AWS_SHARED_CREDENTIALS_FILE", "value": "/etc/aws/credentials"},
-            {"name": "AWS_CONFIG_FILE", "value": "/etc/aws/config"},
-        ],
-        "volumeMounts": [
-            {"name": "snapshots", "mountPath": "/snapshots"},
-            {"name": "aws", "mountPath": "/etc/aws"},
-        ],
-    }
+        env["AWS_ENDPOINT_URL"] = str(s3["endpoint"])
+    return env
+
+
+def _aws_secret(s3: Mapping[str, Any]) -> dict[str, Any]:
+    return {"name": "aws", "secret": {"secretName": str(s3["awsSecret"])}}
 
 
 def _s3_url(s3: Mapping[str, Any], file: str) -> str:
@@ -114,57 +143,48 @@ def snapshot_job(ctx: Context, name: str) -> tuple[dict[str, Any], str]:
     """The Job that saves one snapshot, and where it ends up."""
     flags, tls_volumes, tls_mounts = _tls(ctx)
     endpoint = f"--endpoints={_scheme(ctx, 'client')}://{statefulset(ctx)}-client:2379"
-    save = {
-        "name": "snapshot",
-        "image": _image(ctx),
-        "command": ["etcdctl", endpoint, *flags, "snapshot", "save", f"/snapshots/{name}.db"],
-        "env": [{"name": "ETCDCTL_API", "value": "3"}],
-        "volumeMounts": [{"name": "snapshots", "mountPath": "/snapshots"}, *tls_mounts],
-    }
+    save = jobs.command(
+        "snapshot",
+        _image(ctx),
+        ["etcdctl", endpoint, *flags, "snapshot", "save", f"/snapshots/{name}.db"],
+        env={"ETCDCTL_API": "3"},
+        mounts={"snapshots": "/snapshots", **tls_mounts},
+    )
     s3 = _s3(_policy(ctx.spec))
     if s3 is None:
         volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}, *tls_volumes]
-        pod = {"containers": [save], "volumes": volumes}
-        return backup.job(ctx, name, "backup", pod), f"pvc://{claim(ctx)}/{name}.db"
+        return backup.job(ctx, name, "backup", [save], volumes=volumes), f"pvc://{claim(ctx)}/{name}.db"
     url = _s3_url(s3, f"{name}.db")
-    upload = _aws(s3, ["s3", "cp", f"/snapshots/{name}.db", url])
-    volumes = [
-        {"name": "snapshots", "emptyDir": {}},
-        {"name": "aws", "secret": {"secretName": s3["awsSecret"]}},
-        *tls_volumes,
-    ]
-    return backup.job(
-        ctx, name, "backup", {"initContainers": [save], "containers": [upload], "volumes": volumes}
-    ), url
+    upload = jobs.command(
+        "upload",
+        AWS_CLI,
+        ["aws", "s3", "cp", f"/snapshots/{name}.db", url],
+        env=_aws_env(s3),
+        mounts={"snapshots": "/snapshots", "aws": "/etc/aws"},
+    )
+    volumes = [{"name": "snapshots", "emptyDir": {}}, _aws_secret(s3), *tls_volumes]
+    return backup.job(ctx, name, "backup", [upload], init=[save], volumes=volumes), url
 
 
 def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Remove the snapshot files of pruned backups (on the volume or in the bucket)."""
     locations = [str(r.get("location") or "") for r in gone]
-    name = bounded(f"{ctx.name}-prune", str(gone[-1]["name"])[-12:])
+    name = backup.prune_name(ctx, gone)
     files = [loc.split("/", 3)[-1] for loc in locations if loc.startswith("pvc://")]
     urls = [loc for loc in locations if loc.startswith("s3://")]
     if files:
-        rm: dict[str, Any] = {"name": "prune", "image": BUSYBOX, "command": ["rm", "-f"]}
-        rm["command"] += [f"/snapshots/{f}" for f in files]
-        rm["volumeMounts"] = [{"name": "snapshots", "mountPath": "/snapshots"}]
+        rm = jobs.command(
+            "prune",
+            BUSYBOX,
+            ["rm", "-f", "--", *(f"/snapshots/{f}" for f in files)],
+            mounts={"snapshots": "/snapshots"},
+        )
         volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}]
-        job = backup.job(ctx, name, "prune", {"containers": [rm], "volumes": volumes})
+        job = backup.job(ctx, name, "prune", [rm], volumes=volumes)
     elif urls:
         s3 = _s3(_policy(ctx.spec)) or {}
-        script = " && ".join(
-            f"aws s3 rm {u}" + (f" --endpoint-url {s3['endpoint']}" if s3.get("endpoint") else "")
-            for u in urls
-        )
-        rm = _aws(s3, [])
-        rm.update(name="prune", command=["/bin/sh", "-ec", script], args=[])
-        rm["volumeMounts"] = [{"name": "aws", "mountPath": "/etc/aws"}]
-        job = backup.job(
-            ctx,
-            name,
-            "prune",
-            {"containers": [rm], "volumes": [{"name": "aws", "secret": {"secretName": s3["awsSecret"]}}]},
-        )
+        rm = jobs.shell("prune", AWS_CLI, PRUNE_S3, args=urls, env=_aws_env(s3), mounts={"aws": "/etc/aws"})
+        job = backup.job(ctx, name, "prune", [rm], volumes=[_aws_secret(s3)])
     else:
         return None
     job["spec"]["ttlSecondsAfterFinished"] = 600
@@ -175,6 +195,7 @@ def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, An
 async def check_policy(ctx: Context) -> None:
     retention(ctx.spec)
     _s3(_policy(ctx.spec))
+    check_shapes(ctx.spec)
     if (ctx.spec.get("restore") or {}).get("fromBackup") and not (ctx.spec.get("pod") or {}).get(
         "persistentVolumeClaimSpec"
     ):
@@ -207,7 +228,7 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     file = location.rsplit("/", 1)[-1]
     version = str((ctx.values or dict(ctx.spec)).get("version") or "3.5")
     tool = "etcdctl" if version.startswith(("3.3", "3.4")) else "etcdutl"  # etcdutl from 3.5 on
-    init: list[dict[str, Any]] = []
+    init: list[jobs.Container] = []
     volumes: list[dict[str, Any]] = []
     if location.startswith("s3://"):
         s3 = _s3(
@@ -215,14 +236,18 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
                 "storageType": "S3",
                 "s3": (ctx.spec.get("restore") or {}).get("s3") or _policy(ctx.spec).get("s3") or {},
             },
+            "spec.restore",
         )
         assert s3 is not None
-        fetch = _aws(s3, ["s3", "cp", location, f"/snapshots/{file}"])
-        init.append({**fetch, "name": "fetch"})
-        volumes += [
-            {"name": "snapshots", "emptyDir": {}},
-            {"name": "aws", "secret": {"secretName": s3["awsSecret"]}},
-        ]
+        fetch = jobs.command(
+            "fetch",
+            AWS_CLI,
+            ["aws", "s3", "cp", location, f"/snapshots/{file}"],
+            env=_aws_env(s3),
+            mounts={"snapshots": "/snapshots", "aws": "/etc/aws"},
+        )
+        init.append(fetch)
+        volumes += [{"name": "snapshots", "emptyDir": {}}, _aws_secret(s3)]
     else:
         claim_name = location.removeprefix("pvc://").split("/", 1)[0]
         volumes.append(
@@ -231,10 +256,10 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     for i, url in enumerate(urls):
         volumes.append({"name": f"data-{i}", "persistentVolumeClaim": {"claimName": f"data-{sts}-{i}"}})
         init.append(
-            {
-                "name": f"restore-{i}",
-                "image": _image(ctx),
-                "command": [
+            jobs.command(
+                f"restore-{i}",
+                _image(ctx),
+                [
                     tool,
                     "snapshot",
                     "restore",
@@ -245,17 +270,12 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
                     f"--initial-advertise-peer-urls={url}",
                     f"--data-dir=/data-{i}/default.etcd",
                 ],
-                "env": [{"name": "ETCDCTL_API", "value": "3"}],
-                "volumeMounts": [
-                    {"name": "snapshots", "mountPath": "/snapshots"},
-                    {"name": f"data-{i}", "mountPath": f"/data-{i}"},
-                ],
-            }
+                env={"ETCDCTL_API": "3"},
+                mounts={"snapshots": "/snapshots", f"data-{i}": f"/data-{i}"},
+            )
         )
-    done = {"name": "done", "image": _image(ctx), "command": [tool, "version"]}
-    return backup.job(
-        ctx, name, "restore", {"initContainers": init, "containers": [done], "volumes": volumes}
-    )
+    done = jobs.command("done", _image(ctx), [tool, "version"])
+    return backup.job(ctx, name, "restore", [done], init=init, volumes=volumes)
 
 
 @hooks.before("install", timeout=120)

@@ -13,6 +13,9 @@ Spec fields used: ``backup.schedule`` (5-field cron), ``backup.retention`` (30d,
 ``restore.fromBackup`` (a backup name another cluster recorded, or ``pvc://<claim>/<file>``),
 ``failoverDelay`` (30s, 2m; default 30s). Annotations: ``helm-operator.io/skip-final-backup:
 "true"`` skips the final backup; ``helm-operator.io/action: switchover=<pod>`` moves the primary.
+
+Every value reaches a Job as one argv element or an environment variable (``jobs.command``,
+``jobs.shell`` with a constant ``Script``), never as shell text; ``validate`` checks their shapes.
 """
 
 from __future__ import annotations
@@ -22,14 +25,35 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helm_operator.hooks import Context, Hooks, InvalidSpec, PermanentError, TemporaryError, bounded
-from helm_operator.hooks.builtin import backup, failover, primary
+from helm_operator.hooks import Context, Hooks, PermanentError, TemporaryError, bounded
+from helm_operator.hooks.builtin import backup, failover, jobs, primary, shapes
+from helm_operator.hooks.builtin.jobs import Script
 from helm_operator.hooks.builtin.retention import Retention, parse_age, parse_count
 from helm_operator.hooks.schedule import parse_time
 
 SKIP_FINAL_BACKUP = "helm-operator.io/skip-final-backup"
 ROLE = "postgresql.example.com/role"
 DEFAULT_FAILOVER_DELAY = 30.0
+IDENTIFIER = shapes.Shape(
+    "^[A-Za-z_][A-Za-z0-9_$]{0,62}$", "a PostgreSQL identifier (a letter or _, then a-z, 0-9, _, $)", 63
+)
+
+# libpq reads PGHOST, PGUSER and PGDATABASE; the backup's name is $BACKUP.
+DUMP = Script('pg_dump --no-password | gzip > "/backups/$BACKUP.sql.gz"')
+
+# Instance 0's data directory from the dump $SOURCE, before the database runs.
+RESTORE = Script(
+    """
+if [ -s "$PGDATA/PG_VERSION" ]; then echo "$PGDATA already holds a database" >&2; exit 1; fi
+mkdir -p "$PGDATA" && chown postgres:postgres "$PGDATA" && chmod 0700 "$PGDATA"
+gosu postgres initdb -D "$PGDATA" -U "$PGUSER"
+gosu postgres pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start
+gosu postgres createdb -h /var/run/postgresql -U "$PGUSER" -- "$PGDATABASE" || true
+gunzip -c "/backups/$SOURCE" | gosu postgres psql -h /var/run/postgresql -v ON_ERROR_STOP=1 \
+  -U "$PGUSER" -d "$PGDATABASE"
+gosu postgres pg_ctl -D "$PGDATA" -m fast -w stop
+"""
+)
 
 hooks = Hooks()
 
@@ -59,42 +83,40 @@ def statefulset(ctx: Context) -> str:
     return ctx.release_name[:52].rstrip("-")
 
 
-def _pod(ctx: Context, name: str, script: str) -> dict[str, Any]:
+def _image(ctx: Context) -> str:
     values = ctx.values or dict(ctx.spec)
-    image = f"{values.get('imageRepository', 'postgres')}:{values.get('version', '17')}"
-    auth = values.get("auth") or {}
-    env = [
-        {"name": "PGHOST", "value": ctx.name},  # the client Service: the primary
-        {"name": "PGUSER", "value": str(auth.get("username", "postgres"))},
-        {"name": "PGDATABASE", "value": str(auth.get("database", "app"))},
-        {"name": "BACKUP", "value": name},
-    ]
+    return f"{values.get('imageRepository', 'postgres')}:{values.get('version', '17')}"
+
+
+def _libpq(ctx: Context) -> dict[str, str]:
+    """Where and as whom the client tools connect (libpq reads these)."""
+    auth = (ctx.values or dict(ctx.spec)).get("auth") or {}
     return {
-        "containers": [
-            {
-                "name": "backup",
-                "image": image,
-                "command": ["/bin/sh", "-ec", script],
-                "env": env,
-                "volumeMounts": [{"name": "backups", "mountPath": "/backups"}],
-            }
-        ],
-        "volumes": [{"name": "backups", "persistentVolumeClaim": {"claimName": claim(ctx)}}],
+        "PGHOST": ctx.name,  # the client Service: the primary
+        "PGUSER": str(auth.get("username", "postgres")),
+        "PGDATABASE": str(auth.get("database", "app")),
     }
 
 
-def _job(ctx: Context, name: str, role: str, script: str) -> dict[str, Any]:
-    return backup.job(ctx, name, role, _pod(ctx, name, script))
+def _backups(claim_name: str, *, read_only: bool = False) -> dict[str, Any]:
+    pvc: dict[str, Any] = {"claimName": claim_name}
+    if read_only:
+        pvc["readOnly"] = True
+    return {"name": "backups", "persistentVolumeClaim": pvc}
 
 
 def dump_job(ctx: Context, name: str) -> dict[str, Any]:
-    return _job(ctx, name, "backup", 'pg_dump --no-password | gzip > "/backups/$BACKUP.sql.gz"')
+    dump = jobs.shell(
+        "backup", _image(ctx), DUMP, env={**_libpq(ctx), "BACKUP": name}, mounts={"backups": "/backups"}
+    )
+    return backup.job(ctx, name, "backup", [dump], volumes=[_backups(claim(ctx))])
 
 
 def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    files = " ".join(f'"/backups/{r["name"]}.sql.gz"' for r in gone)
-    name = bounded(f"{ctx.name}-prune", str(gone[-1]["name"])[-12:])
-    job = _job(ctx, name, "prune", f"rm -f {files}")
+    files = [f"/backups/{r['name']}.sql.gz" for r in gone]
+    name = backup.prune_name(ctx, gone)
+    rm = jobs.command("prune", _image(ctx), ["rm", "-f", "--", *files], mounts={"backups": "/backups"})
+    job = backup.job(ctx, name, "prune", [rm], volumes=[_backups(claim(ctx))])
     job["spec"]["ttlSecondsAfterFinished"] = 600  # nothing to keep once the files are gone
     return job
 
@@ -110,8 +132,14 @@ async def check_backup_policy(ctx: Context) -> None:
     retention(ctx.spec)
     failover_delay(ctx.spec)
     source = (ctx.spec.get("restore") or {}).get("fromBackup")
-    if source is not None and (not isinstance(source, str) or not source.strip()):
-        raise InvalidSpec("spec.restore.fromBackup", f"must name a backup or a location, not {source!r}")
+    if source is not None:
+        shapes.VOLUME_LOCATION.check(source, "spec.restore.fromBackup")
+    auth = ctx.spec.get("auth") or {}
+    for key in ("username", "database"):
+        if auth.get(key) is not None:
+            IDENTIFIER.check(auth[key], f"spec.auth.{key}")
+    if ctx.spec.get("imageRepository") is not None:
+        shapes.IMAGE_REPOSITORY.check(ctx.spec["imageRepository"], "spec.imageRepository")
 
 
 @hooks.schedule("backup", cron="spec.backup.schedule")
@@ -140,34 +168,16 @@ async def final_backup(ctx: Context) -> None:
 def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     """Initialise instance 0's data directory from a dump (the database is not running yet)."""
     claim_name, _, file = location.removeprefix("pvc://").partition("/")
-    job = _job(
-        ctx,
-        name,
-        "restore",
-        """
-        if [ -s "$PGDATA/PG_VERSION" ]; then echo "$PGDATA already holds a database" >&2; exit 1; fi
-        mkdir -p "$PGDATA" && chown postgres:postgres "$PGDATA" && chmod 0700 "$PGDATA"
-        gosu postgres initdb -D "$PGDATA" -U "$PGUSER"
-        gosu postgres pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start
-        gosu postgres createdb -h /var/run/postgresql -U "$PGUSER" "$PGDATABASE" || true
-        gunzip -c "/backups/$SOURCE" | gosu postgres psql -h /var/run/postgresql -v ON_ERROR_STOP=1 \
-          -U "$PGUSER" -d "$PGDATABASE"
-        gosu postgres pg_ctl -D "$PGDATA" -m fast -w stop
-        """,
-    )
-    pod = job["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    container["env"] += [
-        {"name": "SOURCE", "value": file},
-        {"name": "PGDATA", "value": "/var/lib/postgresql/pgdata"},
-    ]
-    container["volumeMounts"].append({"name": "data", "mountPath": "/var/lib/postgresql"})
-    pod["volumes"] = [
-        {"name": "backups", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}},
+    env = {**_libpq(ctx), "SOURCE": file, "PGDATA": "/var/lib/postgresql/pgdata"}
+    mounts = {"backups": "/backups", "data": "/var/lib/postgresql"}
+    restore = jobs.shell("restore", _image(ctx), RESTORE, env=env, mounts=mounts)
+    volumes = [
+        _backups(claim_name, read_only=True),
         {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{statefulset(ctx)}-0"}},
     ]
-    pod["securityContext"] = {"fsGroup": 999}
-    return job
+    return backup.job(
+        ctx, name, "restore", [restore], volumes=volumes, pod={"securityContext": {"fsGroup": 999}}
+    )
 
 
 @hooks.before("install", timeout=120)

@@ -7,7 +7,10 @@ cluster, and assert what it asked for.
         assert out.ok and out.created == []
 
 The fake client keeps objects in memory and records every operation as ``(verb, kind, name)``;
-``on_create`` lets a test decide what happens to what the hook creates (e.g. a Job that completes).
+it refuses a name the API server would refuse (an empty one too). ``on_create`` lets a test decide
+what happens to what the hook creates (e.g. a Job that completes). A scheduled run or an action
+gets the run name (``ctx.run``) and slot the operator would give it unless ``run_as`` says
+otherwise. :func:`process` shows what a container of a Job would exec, as the kubelet starts it.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from helm_operator.hooks.context import Context, Day2Status, Release, frozen, thawed
+from helm_operator.hooks.context import Context, Day2Status, Release, frozen, lookup, thawed
+from helm_operator.hooks.errors import InvalidSpec
 from helm_operator.hooks.registry import Hook, Hooks, Stage
 from helm_operator.hooks.runner import HookResult, run
+from helm_operator.hooks.schedule import bounded, check_cron, check_interval, run_name, slot_at_or_before
 
 Key = tuple[str, str, str | None, str]  # apiVersion, kind, namespace, name
 
@@ -48,6 +54,27 @@ class NotFound(LookupError):
     """What the fake raises for a missing object (``status`` 404, as the API's errors carry)."""
 
     status = 404
+
+
+class Invalid(ValueError):
+    """What the fake raises for an object the API server would refuse (``status`` 422)."""
+
+    status = 422
+
+
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_LABELLED_NAME = {"Job": 63}  # its name becomes the value of its Pods' job-name label
+
+
+def check_name(obj: Mapping[str, Any]) -> None:
+    """Refuse a name the API server refuses: empty, not a DNS-1123 subdomain, too long."""
+    kind, name = str(obj.get("kind")), str((obj.get("metadata") or {}).get("name") or "")
+    limit = MAX_LABELLED_NAME.get(kind, 253)
+    if not _SUBDOMAIN.fullmatch(name) or len(name) > limit:
+        raise Invalid(
+            f"{kind} {name!r} is invalid: metadata.name must be a DNS-1123 subdomain "
+            f"(a-z, 0-9, '-', '.') of 1 to {limit} characters"
+        )
 
 
 class FakeKube:
@@ -88,6 +115,7 @@ class FakeKube:
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         key = _key(obj)
         self.operations.append(("create", key[1], key[3]))
+        check_name(obj)
         if key not in self.objects:
             stored = thawed(obj)
             if self.on_create is not None:
@@ -188,6 +216,17 @@ class Harness:
             raise LookupError(f"{len(found)} hooks of kind {kind!r} stage {stage!r} name {name!r}")
         return found[0]
 
+    def _slot(self, hook: Hook, now: dt.datetime) -> dt.datetime:
+        """The slot the operator would run a scheduled task for at ``now`` (the latest one of
+        the resource's schedule; ``now`` itself if the resource gives none)."""
+        path = hook.cron or hook.every
+        raw = lookup(self.resource, path)
+        try:
+            expr = check_cron(raw, path) if hook.cron else check_interval(raw, path)
+        except InvalidSpec:
+            return now.replace(microsecond=0) if hook.every else now.replace(second=0, microsecond=0)
+        return slot_at_or_before(expr, now)
+
     async def run(
         self,
         kind: str,
@@ -198,10 +237,21 @@ class Harness:
         argument: str = "",
         scheduled: dt.datetime | None = None,
         changed: Mapping[str, Any] | None = None,
+        now: dt.datetime | None = None,
     ) -> Outcome:
-        """Run one hook. A watch hook sees the fake's objects of the kind it watches (so what an
-        earlier run changed, e.g. a label, is seen by the next)."""
+        """Run one hook. A scheduled run gets the run name and slot the operator would give it
+        (``<resource>-<task>-<slot>``, the latest slot at ``now``) and an action
+        ``<resource>-<verb>-<now>``, unless ``run_as``/``scheduled`` are given. A watch hook sees
+        the fake's objects of the kind it watches (so what an earlier run changed, e.g. a label,
+        is seen by the next)."""
         hook = self.find(kind, stage, name)
+        now = now or dt.datetime.now(dt.UTC)
+        resource = str(self.resource["metadata"]["name"])
+        if kind == "schedule":
+            scheduled = scheduled or self._slot(hook, now)
+            run_as = run_as or run_name(resource, hook.name, scheduled, seconds=bool(hook.every))
+        elif kind == "action":
+            run_as = run_as or bounded(f"{resource}-{hook.name}", now.strftime("%Y%m%d%H%M%S"))
         watched = [
             o for o in self.kube.objects.values() if hook.watched == (o.get("apiVersion"), o.get("kind"))
         ]
@@ -229,3 +279,53 @@ class Harness:
         return Outcome(
             result, ctx.values, status["day2"], events.posted, self.kube.operations[before:], saved.patches
         )
+
+
+@dataclass(frozen=True)
+class Process:
+    """What a container execs: its argv and environment, as the kubelet starts it."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """The kubelet's expansion of command, args and env values: ``$(NAME)`` becomes the variable's
+    value if it is defined (else stays), ``$$`` becomes ``$``."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            end = text.find(")", i + 2) if nxt == "(" else -1
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if end >= 0:
+                name = text[i + 2 : end]
+                out.append(env.get(name, f"$({name})"))
+                i = end + 1
+                continue
+            out.append("$" + nxt)
+            i += 2
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def process(container: Mapping[str, Any]) -> Process:
+    """The argv and environment a container of a Job would run with: its ``command`` and ``args``
+    and plain ``env`` values after the kubelet's ``$(NAME)`` expansion (variables from
+    ``valueFrom`` are left out). A container without ``command`` runs its image's entrypoint,
+    which a test cannot know: that is an error here."""
+    if not container.get("command"):
+        raise ValueError(
+            f"container {container.get('name')!r} has no command: it runs its image's entrypoint"
+        )
+    env: dict[str, str] = {}
+    for var in container.get("env") or ():
+        if "value" in var:
+            env[str(var["name"])] = expand(str(var["value"]), env)
+    argv = [*container["command"], *(container.get("args") or ())]
+    return Process([expand(str(a), env) for a in argv], env)

@@ -251,3 +251,47 @@ def test_invalid_retention_is_reported_by_the_validate_hook() -> None:
     resource = {**RESOURCE, "spec": {"backup": {"schedule": "* * * * *", "retention": "30x"}}}
     out = asyncio.run(Harness(_pg(), resource).run("validate"))
     assert out.result.permanent and "spec.backup.retention: '30x' is not an age" in out.result.message
+
+
+def test_the_harness_names_scheduled_runs_and_actions_as_the_operator_does() -> None:
+    """A scheduled run or an action gets the run name and slot the operator gives it, so a hook
+    test never passes on a Job named "" (which the fake, like the API server, refuses)."""
+    hooks, seen = Hooks(), []
+
+    @hooks.schedule("backup", cron="spec.backup.schedule")
+    async def nightly(ctx: Context) -> None:
+        seen.append((ctx.run, ctx.scheduled_time))
+        await ctx.kube.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": ctx.run}})
+
+    @hooks.schedule("snap", every="spec.backup.every")
+    async def often(ctx: Context) -> None:
+        seen.append((ctx.run, ctx.scheduled_time))
+
+    @hooks.action("backup-now")
+    async def now(ctx: Context) -> None:
+        seen.append((ctx.run, ctx.scheduled_time))
+
+    @hooks.action("unnamed")
+    async def unnamed(ctx: Context) -> None:
+        await ctx.kube.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": ""}})
+
+    resource = {**RESOURCE, "spec": {"backup": {"schedule": "0 2 * * *", "every": 30}}}
+    h = Harness(hooks, resource)
+    t = at("2026-11-22T10:00:47")
+    assert asyncio.run(h.run("schedule", name="backup", now=t)).created == [("Job", "db-backup-202611220200")]
+    asyncio.run(h.run("schedule", name="snap", now=t))
+    asyncio.run(h.run("action", name="backup-now", now=t))
+    assert seen == [
+        (run_name("db", "backup", at("2026-11-22T02:00:00")), at("2026-11-22T02:00:00")),
+        ("db-snap-20261122100030", at("2026-11-22T10:00:30")),
+        ("db-backup-now-20261122100047", None),
+    ]
+    assert asyncio.run(h.run("schedule", name="backup", run_as="db-backup-x")).created == [
+        ("Job", "db-backup-x")
+    ]
+    refused = asyncio.run(h.run("action", name="unnamed")).result
+    assert (
+        not refused.ok and "Job '' is invalid: metadata.name must be a DNS-1123 subdomain" in refused.message
+    )
+    backup_now = asyncio.run(Harness(_pg(), RESOURCE).run("action", name="backup-now"))
+    assert backup_now.ok and backup_now.day2["backups"][0]["name"].startswith("db-backup-now-")

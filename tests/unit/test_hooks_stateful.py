@@ -257,6 +257,7 @@ def test_etcd_snapshots_go_to_a_volume_and_are_pruned_by_count() -> None:
     assert prune["spec"]["template"]["spec"]["containers"][0]["command"] == [
         "rm",
         "-f",
+        "--",
         f"/snapshots/{names[0]}.db",
     ]
     save = h.kube.objects[("batch/v1", "Job", "prod", names[-1])]["spec"]["template"]["spec"]["containers"][0]
@@ -277,7 +278,7 @@ def test_etcd_snapshots_to_s3_and_unsupported_storage() -> None:
     assert out.ok and out.day2["backups"][0]["location"] == "s3://bk/etcd/etcd-snapshot-1.db"
     assert ("PersistentVolumeClaim", "etcd-backups") not in out.created
     job = h.kube.objects[("batch/v1", "Job", "prod", "etcd-snapshot-1")]["spec"]["template"]["spec"]
-    assert job["containers"][0]["args"][:3] == ["s3", "cp", "/snapshots/etcd-snapshot-1.db"]
+    assert job["containers"][0]["command"][:4] == ["aws", "s3", "cp", "/snapshots/etcd-snapshot-1.db"]
     bad = {**ETCD, "spec": {**ETCD["spec"], "backup": {"storageType": "GCS"}}}
     check = asyncio.run(Harness(load("hooks/etcdcluster.py", ROOT), bad).run("validate"))
     assert check.result.permanent and "spec.backup.storageType: GCS is not supported" in check.result.message

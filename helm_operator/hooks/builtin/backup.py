@@ -1,23 +1,28 @@
 """Backups and restores as Kubernetes Jobs, recorded in ``status.day2``, with retention.
 
 A hook module builds the Job that writes one backup (``pg_dump``, ``etcdctl snapshot save`` …) or
-restores one; these helpers create it under a deterministic name (a rerun after a restart adopts
-the Job instead of starting another), wait for it, record the result in ``status.day2.backups``
-or ``status.day2.restore``, and prune by the policy.
+restores one with :func:`job`, from :mod:`~helm_operator.hooks.builtin.jobs` containers (values
+as env or args, never in a script's text; a Job that runs a shell on any other text is refused).
+These helpers create it under a deterministic name (a rerun after a restart adopts the Job
+instead of starting another), wait for it, record the result in ``status.day2.backups`` or
+``status.day2.restore``, and prune by the policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from helm_operator.core.naming import DAY2_LABEL
+from helm_operator.hooks.builtin.jobs import Container, check
 from helm_operator.hooks.builtin.retention import Retention, to_prune
 from helm_operator.hooks.context import Context
 from helm_operator.hooks.errors import PermanentError, TemporaryError
-from helm_operator.hooks.schedule import rfc3339
+from helm_operator.hooks.schedule import bounded, rfc3339
 
 RECORDS = "backups"  # the status.day2 keys
 RESTORE = "restore"
@@ -47,9 +52,32 @@ def labels(ctx: Context, role: str) -> dict[str, str]:
     return {DAY2_LABEL: ctx.owner, "helm-operator.io/day2-role": role}
 
 
-def job(ctx: Context, name: str, role: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+def job(
+    ctx: Context,
+    name: str,
+    role: str,
+    containers: Sequence[Container],
+    *,
+    init: Sequence[Container] = (),
+    volumes: Sequence[Mapping[str, Any]] = (),
+    pod: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """A Job of the resource's day-2 work (backup, restore, prune): labelled with its owner and
-    role, owned by the resource, one retry, its Pod never restarted in place."""
+    role, owned by the resource, one retry, its Pod never restarted in place.
+
+    Its containers are :class:`~helm_operator.hooks.builtin.jobs.Container` values (built by
+    ``jobs.command`` or ``jobs.shell``), so every value reaches them as data; ``pod`` holds other
+    Pod spec fields (``securityContext`` …)."""
+    extra = dict(pod or {})
+    taken = {"containers", "initContainers", "volumes"} & extra.keys()
+    if taken:
+        raise ValueError(f"Job {name}: give {', '.join(sorted(taken))} as arguments, not in pod")
+    spec: dict[str, Any] = {"restartPolicy": "Never", **extra}
+    if init:
+        spec["initContainers"] = [c.manifest() for c in init]
+    spec["containers"] = [c.manifest() for c in containers]
+    if volumes:
+        spec["volumes"] = [dict(v) for v in volumes]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -59,12 +87,25 @@ def job(ctx: Context, name: str, role: str, pod: Mapping[str, Any]) -> dict[str,
             "labels": labels(ctx, role),
             "ownerReferences": [ctx.owner_reference],
         },
-        "spec": {"backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never", **pod}}},
+        "spec": {"backoffLimit": 1, "template": {"spec": spec}},
     }
+
+
+_SUFFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def prune_name(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> str:
+    """The name of the Job that removes the files of ``gone``: ``<resource>-prune-<the last one's
+    slot>``, or a digest of the names when that is not a name part (records are data too)."""
+    last = str(gone[-1]["name"])[-12:].strip("-")
+    if not _SUFFIX.fullmatch(last):
+        last = hashlib.sha256("\0".join(str(r["name"]) for r in gone).encode()).hexdigest()[:12]
+    return bounded(f"{ctx.name}-prune", last)
 
 
 async def run_job(ctx: Context, job: Mapping[str, Any], poll: float = POLL) -> dict[str, Any]:
     """Create the Job (or adopt the one of that name) and wait until it succeeds or fails."""
+    check(job)
     meta = job["metadata"]
     current = await ctx.kube.create(job)
     while job_phase(current) == "Running":
@@ -131,6 +172,7 @@ async def prune(
     await ctx.day2.save()
     job = cleanup(gone) if cleanup is not None else None
     if job is not None:
+        check(job)
         await ctx.kube.create(job)
     await ctx.event("BackupsPruned", f"pruned {len(names)} backup(s) past retention: {', '.join(names)}")
     return names
@@ -195,6 +237,7 @@ async def restore(
     """Run the restore Job once, with drift correction paused, and record it in
     ``status.day2.restore``. While it runs this raises ``TemporaryError`` (a ``before install``
     hook so holds the install back without holding a worker); a failed restore is permanent."""
+    check(job)
     name = job["metadata"]["name"]
     state = dict(ctx.day2.get(RESTORE) or {})
     if state.get("job") == name and state.get("phase") == "Succeeded":
