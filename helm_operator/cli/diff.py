@@ -1,8 +1,13 @@
 """``helm-operator diff``: what applying these custom resources would change, before ``kubectl apply``.
 
+The resources are taken as the ``kubectl apply`` you will run would store them: client-side by
+default, as kubectl does (``null``s are pruned), or with ``--server-side`` (and its
+``--force-conflicts``, ``--field-manager``). Use the same flags as for the apply.
+
 Exit codes follow diff(1): 0 nothing would change, 1 something would, 2 the preview failed (a bad
 file, a kind no watch serves, values the chart rejects, a chart that does not render, an API
-error), with a message on stderr naming the file, document and field or the object.
+error, an apply the API server would refuse), with a message on stderr naming the file, document
+and field or the object.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from typing import Any
 
 import yaml
 
+from helm_operator.cli.common import Refused, build_app, kubeconfig_path
 from helm_operator.config.watches import Watch, WatchesError, load_watches, resolve
+from helm_operator.preview.kubectl import Apply
 
 EXIT_SAME, EXIT_CHANGED, EXIT_ERROR = 0, 1, 2
 
@@ -120,10 +127,19 @@ def _resolved(app: Any, wanted: list[Wanted]) -> list[Wanted]:
     return out
 
 
-async def _preview_all(app: Any, wanted: list[Wanted]) -> tuple[list[Any], list[str]]:
+def apply_of(args: argparse.Namespace) -> Apply:
+    """The ``kubectl apply`` the user will run, from the flags named as kubectl names them."""
+    if args.force_conflicts and not args.server_side:
+        raise InputError("--force-conflicts only works with --server-side (as in kubectl apply)")
+    return Apply(
+        "server-side" if args.server_side else "client-side", args.field_manager, args.force_conflicts
+    )
+
+
+async def _preview_all(app: Any, wanted: list[Wanted], apply: Apply) -> tuple[list[Any], list[str]]:
     from helm_operator.runtime.preview import Previewer, PreviewError, read_only_day2
 
-    previewer = Previewer(app.runtime, read_only_day2(app.settings.hooks, app.kube))
+    previewer = Previewer(app.runtime, read_only_day2(app.settings.hooks, app.kube), apply)
     previews, errors = [], []
     for w in wanted:
         try:
@@ -137,13 +153,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from helm_operator.cli.main import _app, _kubeconfig, _Refused
-    from helm_operator.drift.preview import report_json, report_text
+    from helm_operator.preview.report import report_json, report_text
 
     if not args.verbose:  # helm's command lines are logged, failures too: the report says it all
         logging.getLogger().setLevel(logging.WARNING)
         logging.getLogger("pyhelm3").setLevel(logging.ERROR)
     try:  # the file first: a mistake in it is reported without a cluster
+        apply = apply_of(args)
         wanted: list[Wanted] = []
         watches = load_watches(args.watches_file)
         for path in args.filename:
@@ -155,13 +171,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(f"helm-operator diff: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        app = _app(args)
-    except _Refused:
+        app = build_app(args)
+    except Refused:
         return EXIT_ERROR
     try:
-        namespace = args.namespace or _context_namespace(_kubeconfig(args.kubeconfig))
+        namespace = args.namespace or _context_namespace(kubeconfig_path(args.kubeconfig))
         wanted = _resolved(app, [Wanted(w.watch, w.doc, w.namespace or namespace, w.where) for w in wanted])
-        previews, errors = asyncio.run(_preview_all(app, wanted))
+        previews, errors = asyncio.run(_preview_all(app, wanted, apply))
     except (InputError, WatchesError) as exc:
         print(f"helm-operator diff: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -201,4 +217,19 @@ def register(sub: Any) -> None:
     p.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
     p.add_argument("--helm", default=None, help="helm executable (default: $HELM_OPERATOR_HELM, else helm)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--server-side",
+        action="store_true",
+        help="the resources will be applied with kubectl apply --server-side (default: client-side)",
+    )
+    p.add_argument(
+        "--force-conflicts",
+        action="store_true",
+        help="with --server-side: as kubectl apply --force-conflicts (take fields others manage)",
+    )
+    p.add_argument(
+        "--field-manager",
+        default=None,
+        help="as kubectl apply --field-manager (default: kubectl's, kubectl-client-side-apply or kubectl)",
+    )
     p.set_defaults(func=cmd_diff)

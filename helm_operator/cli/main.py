@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import signal
 import sys
 import time
@@ -14,68 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from helm_operator import __version__
-from helm_operator.config.watches import WatchesError, load_watches
-
-EXIT_CONFIG = 2
-
-
-class _Refused(Exception):
-    """A start-up problem already reported on stderr; carries the exit code."""
-
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
-def _kubeconfig(explicit: str | None) -> str | None:
-    """--kubeconfig, else $KUBECONFIG, else ~/.kube/config outside a cluster; None: in-cluster."""
-    kubeconfig = explicit or os.environ.get("KUBECONFIG")
-    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        default = Path.home() / ".kube/config"
-        kubeconfig = str(default) if default.is_file() else None
-    return kubeconfig
-
-
-def _app(args: argparse.Namespace, **settings: Any) -> Any:
-    """The application for the watches file and connection flags shared by ``run`` and ``finalize``."""
-    from kubernetes import config
-
-    from helm_operator.runtime.app import App, Settings
-
-    try:
-        watches = load_watches(args.watches_file)
-    except WatchesError as exc:
-        print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
-        raise _Refused(EXIT_CONFIG) from None
-    helm = args.helm or os.environ.get("HELM_OPERATOR_HELM") or "helm"
-    from helm_operator.hooks.errors import HookLoadError
-    from helm_operator.hooks.loader import load_all
-
-    named = [(w.key, w.hooks) for w in watches if w.hooks]
-    try:
-        hooks = load_all(named, Path(args.watches_file).resolve().parent)
-    except HookLoadError as exc:
-        print(f"helm-operator: invalid hooks: {exc}", file=sys.stderr)
-        raise _Refused(EXIT_CONFIG) from None
-    if shutil.which(helm) is None:  # every resource would fail with "exit status 127" otherwise
-        where = (
-            "--helm"
-            if args.helm
-            else "$HELM_OPERATOR_HELM"
-            if os.environ.get("HELM_OPERATOR_HELM")
-            else "PATH"
-        )
-        print(
-            f"helm-operator: the helm executable {helm!r} ({where}) is not found or not executable; "
-            "install helm 3 or 4, or name it with --helm or $HELM_OPERATOR_HELM",
-            file=sys.stderr,
-        )
-        raise _Refused(EXIT_CONFIG)
-    try:
-        kubeconfig = _kubeconfig(args.kubeconfig)
-        return App(Settings(watches=watches, kubeconfig=kubeconfig, helm=helm, hooks=hooks, **settings))
-    except config.ConfigException as exc:
-        print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
-        raise _Refused(1) from None
+from helm_operator.cli.common import EXIT_CONFIG
+from helm_operator.cli.common import Refused as _Refused
+from helm_operator.cli.common import build_app as _app
+from helm_operator.config.watches import WatchesError
 
 
 def _serving(args: argparse.Namespace) -> dict[str, Any]:

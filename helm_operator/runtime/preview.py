@@ -1,13 +1,15 @@
 """Preview what applying a custom resource would change, by reading only.
 
-The values come from the reconcile's own code (``reconcile.desired``: spec ◄ overrideValues, the
-value translators, the schema check, the digest), the Helm action from the same decision, the
-objects from ``helm upgrade --install --dry-run=server`` with the operator's flags and
-post-renderer, and each object's outcome from a server-side apply dry-run as Helm's field manager.
-When the digest matches the deployed release no ``helm`` runs at all (as in the operator): the
-release's stored objects are what the drift check re-asserts. Deciding and reporting is
-``drift.preview``'s; nothing here writes to the cluster (value translators get a client that
-refuses writes and a reporter that drops status and Events).
+The resource comes from the API server's dry-run of the very request the user's ``kubectl apply``
+would send (client-side or server-side: ``preview.kubectl``), so it is what the operator will read,
+``null``s pruned or kept as that apply would. The values come from the reconcile's own code
+(``reconcile.desired``: spec ◄ overrideValues, the value translators, the schema check, the
+digest), the Helm action from the same decision, the objects from ``helm upgrade --install
+--dry-run=server`` with the operator's flags and post-renderer, and each object's outcome from a
+server-side apply dry-run as Helm's field manager. When the digest matches the deployed release no
+``helm`` runs at all (as in the operator): the release's stored objects are what the drift check
+re-asserts. Deciding and reporting is ``preview``'s; nothing here writes to the cluster (value
+translators get a client that refuses writes and a reporter that drops status and Events).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -30,7 +32,19 @@ from helm_operator.core.locks import Concurrency
 from helm_operator.core.masking import mask
 from helm_operator.drift.check import manifest_objects, mode_of
 from helm_operator.drift.diff import ignored_pointers, rules_for, without_ignored
-from helm_operator.drift.preview import (
+from helm_operator.hooks.context import DRIFT_PAUSED
+from helm_operator.hooks.day2 import Day2
+from helm_operator.hooks.kubeclient import AsyncKube
+from helm_operator.hooks.registry import Hooks
+from helm_operator.hooks.runner import HookResult
+from helm_operator.preview.kubectl import (
+    Apply,
+    client_side_create,
+    client_side_patch,
+    original_config,
+    with_last_applied,
+)
+from helm_operator.preview.plan import (
     ObjectChange,
     ResourcePreview,
     compare,
@@ -43,11 +57,6 @@ from helm_operator.drift.preview import (
     resource_view,
     three_way_patch,
 )
-from helm_operator.hooks.context import DRIFT_PAUSED
-from helm_operator.hooks.day2 import Day2
-from helm_operator.hooks.kubeclient import AsyncKube
-from helm_operator.hooks.registry import Hooks
-from helm_operator.hooks.runner import HookResult
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.state import Action, ReleaseState
 from helm_operator.runtime.actions import read
@@ -106,6 +115,7 @@ class Previewer:
 
     rt: Runtime
     day2: Day2 | None = None  # from ``read_only_day2``
+    apply: Apply = field(default_factory=Apply)  # how the user will apply the resources
 
     async def resource(self, watch: Watch, doc: Mapping[str, Any], namespace: str | None) -> ResourcePreview:
         """What applying ``doc`` (a resource of ``watch``'s kind, in ``namespace`` unless it is
@@ -128,9 +138,11 @@ class Previewer:
         ref = ObjectRef(watch.api_version, watch.kind, name, ns)
         try:
             live_cr = await asyncio.to_thread(kube.get_custom, ref, watch.served_plural)
-            stored = await asyncio.to_thread(kube.dry_run_write, body, live_cr)
+            stored = await asyncio.to_thread(self._applied, body, live_cr)
         except ApiException as exc:
             raise PreviewError(f"{where}: the API server refuses the resource: {api_message(exc)}") from None
+        except ValueError as exc:  # a last-applied annotation kubectl could not read either
+            raise PreviewError(f"{where}: {exc}") from None
         cr = Resource(
             watch,
             ns,
@@ -173,6 +185,47 @@ class Previewer:
             assert release is not None
             return await self._in_sync(base, cr, target, manifest_objects(release))
         return await self._with_helm(base, target, p.action)
+
+    def _applied(self, doc: Mapping[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The resource as the user's ``kubectl apply`` would store it: the API server's dry-run of
+        the request kubectl sends, with kubectl's field manager and strict field validation."""
+        kube, how = self.rt.kube, self.apply
+        res = kube.resource(str(doc["apiVersion"]), str(doc["kind"]))
+        meta = doc["metadata"]
+        ns = meta.get("namespace") if res.namespaced else None
+
+        def options() -> dict[str, Any]:
+            return {
+                "dry_run": "All",
+                "field_manager": how.manager,
+                "query_params": [("fieldValidation", "Strict")],
+                "serialize": False,
+            }
+
+        if how.style == "server-side":
+            result = kube.dyn.server_side_apply(
+                res,
+                body=dict(doc),
+                name=meta["name"],
+                namespace=ns,
+                force_conflicts=how.force_conflicts,
+                **options(),
+            )
+        elif live is None:
+            result = res.create(body=client_side_create(doc), namespace=ns, **options())
+        else:
+            patch = client_side_patch(original_config(live), with_last_applied(doc), live)
+            if not patch:  # kubectl sends nothing: the resource stays as it is
+                return dict(live)
+            result = res.patch(
+                body=patch,
+                name=meta["name"],
+                namespace=ns,
+                content_type="application/merge-patch+json",
+                **options(),
+            )
+        stored: dict[str, Any] = json.loads(result.data)
+        return stored
 
     async def _target(self, cr: Resource, where: str) -> Target:
         """The desired release, through the reconcile's code."""

@@ -1,8 +1,9 @@
-"""Imports go one way: config → core → release → adapters → drift → hooks → runtime → scaffold → cli.
+"""Imports go one way: config → core → release → adapters → drift → preview → hooks → runtime →
+scaffold → cli.
 
 A lower layer never imports a higher one, so there are no cycles between packages, the pure parts
-(config, core, release, drift.diff) never reach an adapter, and the development tooling (``dev``)
-is only reached from the CLI's ``dev`` commands, never by what a runtime install runs.
+(config, core, release, drift.diff, preview) never reach an adapter, and the development tooling
+(``dev``) is only reached from the CLI's ``dev`` commands, never by what a runtime install runs.
 """
 
 from __future__ import annotations
@@ -17,17 +18,18 @@ RANK = {
     "release": 2,
     "adapters": 3,
     "drift": 4,
-    "hooks": 5,
-    "runtime": 6,
-    "scaffold": 7,
-    "cli": 8,
+    "preview": 5,
+    "hooks": 6,
+    "runtime": 7,
+    "scaffold": 8,
+    "cli": 9,
 }
 PURE = {
     "config",
     "core",
     "release",
     "drift.diff",
-    "drift.preview",
+    "preview",
     "hooks.schedule",
     "hooks.builtin.retention",
     "hooks.builtin.primary",

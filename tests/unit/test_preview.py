@@ -1,5 +1,6 @@
 """The pure half of ``helm-operator diff``: what counts as a change, which Helm action, the report
-(unified diffs, summary, JSON), Secret masking, and reading the resource file."""
+(unified diffs, summary, JSON), Secret masking, reading the resource file, and what the user's
+``kubectl apply`` of it sends (checked against requests kubectl v1.36.3 sent, logged with ``-v=8``)."""
 
 from __future__ import annotations
 
@@ -15,26 +16,36 @@ from helm_operator.cli.diff import InputError, parse_resources
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import IgnoreRule, Watch
 from helm_operator.drift.diff import HELM_RELEASE_NAME
-from helm_operator.drift.preview import (
+from helm_operator.preview.kubectl import (
     LAST_APPLIED,
-    SECRET_CHANGED,
-    SECRET_MASK,
+    client_side_create,
+    client_side_patch,
+    go_json,
+    last_applied_config,
+    original_config,
+    with_last_applied,
+)
+from helm_operator.preview.plan import (
     ObjectChange,
     ResourcePreview,
-    change_diff,
     compare,
     deleted,
     hook_notes,
-    masked,
     object_key,
     objects_of,
     release_plan,
     removed,
+    resource_view,
+    three_way_patch,
+)
+from helm_operator.preview.report import (
+    SECRET_CHANGED,
+    SECRET_MASK,
+    change_diff,
+    masked,
     report_json,
     report_text,
-    resource_view,
     summary,
-    three_way_patch,
     unified,
 )
 from helm_operator.release.record import StoredRelease
@@ -445,3 +456,196 @@ def test_the_command_reports_a_bad_file_before_any_cluster_is_contacted(
         out, err = capsys.readouterr()
         assert out == ""
         assert err.startswith(f"helm-operator diff: {message}")
+
+
+# --- what kubectl apply sends ---------------------------------------------------------------------
+# The expected requests below are kubectl v1.36.3's own (``kubectl apply -v=8``; one object applied
+# again and again), for a CRD with nullable (``nn``, ``m.nn``), non-nullable (``plain``,
+# ``m.keep``) and free-form (``free``) fields.
+
+
+def nully(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "x.io/v1",
+        "kind": "Nully",
+        "metadata": {"name": "e", "namespace": "default", **meta},
+        "spec": spec,
+    }
+
+
+def live_nully(spec: dict[str, Any], applied: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    """As the API server returns it: bookkeeping, and the annotation of the last client-side apply."""
+    obj = nully(spec, uid="u-1", resourceVersion="7", generation=3, **meta)
+    if applied is not None:
+        annotations = {**obj["metadata"].get("annotations", {}), LAST_APPLIED: last_applied_config(applied)}
+        obj["metadata"]["annotations"] = annotations
+    obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    return obj
+
+
+def without_copy(patch: dict[str, Any]) -> dict[str, Any]:
+    """The patch without the new copy of the file (its own test checks the copy)."""
+    out = copy.deepcopy(patch)
+    out.get("metadata", {}).get("annotations", {}).pop(LAST_APPLIED, None)
+    return out
+
+
+def test_the_last_applied_copy_is_written_as_kubectl_writes_it() -> None:
+    doc = nully(
+        {
+            "nn": None,
+            "m": {"nn": None, "keep": "k"},
+            "free": {"x": None, "deep": {"a": None, "b": [3], "c": {"d": None}}, "s": "a<b&c>d"}
+            | {"f": 1.5, "g": 0.0000001, "u": "é"},
+        },
+        annotations={"z": "<&>"},
+    )
+    assert last_applied_config(doc) == (
+        '{"apiVersion":"x.io/v1","kind":"Nully","metadata":{"annotations":{"z":"\\u003c\\u0026\\u003e"},'
+        '"name":"e","namespace":"default"},"spec":{"free":{"deep":{"a":null,"b":[3],"c":{"d":null}},'
+        '"f":1.5,"g":1e-7,"s":"a\\u003cb\\u0026c\\u003ed","u":"é","x":null},"m":{"keep":"k","nn":null},'
+        '"nn":null}}\n'
+    )
+    assert '"metadata":{"annotations":{},"name":"e"' in last_applied_config(nully({}))
+    annotated = with_last_applied(doc)["metadata"]["annotations"]
+    assert annotated == {"z": "<&>", LAST_APPLIED: last_applied_config(doc)}
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [
+        *[(1.0, "1"), (1.5, "1.5"), (1e-7, "1e-7"), (1e-6, "0.000001"), (-0.25, "-0.25")],
+        *[(1e16, "10000000000000000"), (1e21, "1e+21"), (12345678901234567890, "12345678901234567000")],
+        (-(2**63), "-9223372036854775808"),
+    ],
+)
+def test_numbers_are_written_as_go_writes_them(number: float, text: str) -> None:
+    """Go's shortest form, and an integer beyond int64 as the float64 kubectl decoded it into."""
+    assert go_json(number) == text
+
+
+def test_a_client_side_create_sends_no_null_but_keeps_them_in_its_copy() -> None:
+    doc = nully(
+        {"nn": None, "plain": None, "m": {"nn": None, "plain": None, "keep": "k"}}
+        | {"free": {"x": None, "yy": 1, "z": {"w": None}, "l": [1, None, {"a": None}]}}
+    )
+    sent = client_side_create(doc)
+    assert sent["spec"] == {"m": {"keep": "k"}, "free": {"yy": 1, "z": {}, "l": [1, None, {}]}}
+    assert sent["metadata"]["annotations"] == {LAST_APPLIED: last_applied_config(doc)}
+    assert doc["spec"]["nn"] is None  # the file is not changed
+
+
+# (the last applied file, the live object, the file, kubectl's patch without the new copy)
+APPLIES: dict[str, tuple[dict[str, Any] | None, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "nulls-delete-what-was-applied": (
+        nully({"m": {"keep": "k2"}, "nn": "nv"}),
+        live_nully({"m": {"keep": "k2"}, "nn": "nv"}),
+        nully({"nn": None, "m": {"keep": None, "nn": None}, "free": {"x": None}}),
+        {
+            "metadata": {"annotations": {}},
+            "spec": {"free": {"x": None}, "m": {"keep": None, "nn": None}, "nn": None},
+        },
+    ),
+    "the-same-nulls-again-send-nothing": (
+        nully({"nn": None, "m": {"keep": None, "nn": None}, "free": {"x": None}}),
+        live_nully({"free": {}, "m": {}}),
+        nully({"nn": None, "m": {"keep": None, "nn": None}, "free": {"x": None}}),
+        {},
+    ),
+    "new-values-lose-their-nulls": (
+        nully({"nn": None, "m": {"keep": None, "nn": None}, "free": {"x": None}}),
+        live_nully({"free": {}, "m": {}}),
+        nully(
+            {"plain": "pp", "m": {"keep": "k3", "nn": None}, "free": {"x": None, "l": [1, None, {"a": None}]}}
+        ),
+        {
+            "metadata": {"annotations": {}},
+            "spec": {"free": {"l": [1, None, {}]}, "m": {"keep": "k3"}, "nn": None, "plain": "pp"},
+        },
+    ),
+    "never-applied-client-side": (
+        None,
+        live_nully(
+            {"free": {"deep": {"a": 1, "b": [1, 2]}, "s": "a<b&c>d", "x": 1}, "nn": "v"}, labels={"a": "b"}
+        ),
+        nully(
+            {
+                "nn": None,
+                "m": {"nn": None, "keep": "k"},
+                "free": {"x": None, "deep": {"a": None, "b": [3], "c": {"d": None}}, "s": "a<b&c>d"}
+                | {"f": 1.5, "g": 1e-07, "u": "é"},
+            },
+            annotations={"z": "<&>"},
+        ),
+        {
+            "metadata": {"annotations": {"z": "<&>"}},
+            "spec": {
+                "free": {"deep": {"a": None, "b": [3], "c": {"d": None}}, "f": 1.5, "g": 1e-07, "u": "é"}
+                | {"x": None},
+                "m": {"keep": "k", "nn": None},
+                "nn": None,
+            },
+        },
+    ),
+    "keys-dropped-from-the-file-and-labels": (
+        nully(
+            {
+                "nn": None,
+                "m": {"nn": None, "keep": "k"},
+                "free": {"x": None, "deep": {"a": None, "b": [3], "c": {"d": None}}, "s": "a<b&c>d"}
+                | {"f": 1.5, "g": 1e-07, "u": "é"},
+            },
+            annotations={"z": "<&>"},
+        ),
+        live_nully(
+            {"free": {"deep": {"b": [3], "c": {}}, "f": 1.5, "g": 1e-07, "s": "a<b&c>d", "u": "é"}}
+            | {"m": {"keep": "k"}},
+            annotations={"z": "<&>"},
+            labels={"a": "b"},
+        ),
+        nully({"free": {"deep": {"b": [3]}, "s": "x", "big": 12345678901234567890}}, labels={"a": "c"}),
+        {
+            "metadata": {"annotations": {"z": None}, "labels": {"a": "c"}},
+            "spec": {
+                "free": {"big": 12345678901234567000, "deep": {"a": None, "c": None}, "f": None, "g": None}
+                | {"s": "x", "u": None, "x": None},
+                "m": None,
+                "nn": None,
+            },
+        },
+    ),
+    "a-type-change-replaces": (
+        nully({"free": {"big": 12345678901234567000, "deep": {"b": [3]}, "s": "x"}}, labels={"a": "c"}),
+        live_nully({"free": {"big": 12345678901234567000, "deep": {"b": [3]}, "s": "x"}}, labels={"a": "c"}),
+        nully({"free": {"deep": 5}, "plain": "p"}),
+        {
+            "metadata": {"annotations": {}, "labels": None},
+            "spec": {"free": {"big": None, "deep": 5, "s": None}, "plain": "p"},
+        },
+    ),
+    "a-map-again": (
+        nully({"free": {"deep": 5}, "plain": "p"}),
+        live_nully({"free": {"deep": 5}, "plain": "p"}),
+        nully({"free": {"deep": {"q": 1}}, "plain": "p"}),
+        {"metadata": {"annotations": {}}, "spec": {"free": {"deep": {"q": 1}}}},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", APPLIES)
+def test_a_client_side_apply_of_an_existing_object_sends_kubectls_patch(case: str) -> None:
+    applied, live, file, patch = APPLIES[case]
+    if applied is not None:
+        live["metadata"].setdefault("annotations", {})[LAST_APPLIED] = last_applied_config(applied)
+    sent = client_side_patch(original_config(live), with_last_applied(file), live)
+    assert json.loads(go_json(without_copy(sent))) == patch  # the same JSON on the wire
+    copied = sent.get("metadata", {}).get("annotations", {}).get(LAST_APPLIED)
+    assert copied == (None if applied == file else last_applied_config(file))
+
+
+def test_an_unreadable_last_applied_copy_is_an_error_as_for_kubectl() -> None:
+    current = live_nully({})
+    current["metadata"]["annotations"] = {LAST_APPLIED: "[1]"}
+    with pytest.raises(ValueError, match="not a JSON object"):
+        original_config(current)
+    assert original_config(live_nully({})) is None
