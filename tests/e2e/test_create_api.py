@@ -21,6 +21,9 @@ import yaml
 
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
+from helm_operator.scaffold import crd
+
+from .operator import REPO
 
 SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",
@@ -298,3 +301,36 @@ def test_a_repository_chart_is_pulled_and_crds_regenerate(
     api.install()
     assert "size\t<string>" in api.explain("spec", until="size")
     assert create_api(project, "--regenerate-crd", "--check").returncode == 0
+
+
+def _every_chart() -> list[Path]:
+    return sorted(
+        p.parent
+        for folder in ("charts", "tests/e2e/charts", "bench/charts")
+        for p in (REPO / folder).glob("*/Chart.yaml")
+    )
+
+
+@pytest.mark.parametrize("chart", _every_chart(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_charts_generated_sample_applies_to_its_generated_crd(
+    cluster: DevCluster, namespace: str, tmp_path: Path, apis: list[Api], chart: Path
+) -> None:
+    """create-api's sample is accepted as it is by create-api's CRD: by a client-side `kubectl
+    apply` (which drops nulls) and stored unchanged, and by a server-side apply (which keeps them)."""
+    kind = "".join(part.capitalize() for part in chart.name.replace("_", "-").split("-"))
+    project, g = tmp_path / "project", group()
+    proc = create_api(project, "--group", g, "--version", "v1", "--kind", kind, "--chart", str(chart))
+    assert proc.returncode == 0, proc.stderr
+    api = Api(cluster, project, g, kind, crd.plural_of(kind))
+    apis.append(api)
+    api.install()
+    sample = project / "samples" / f"{kind.lower()}.yaml"
+    for flags in (["--dry-run=server"], ["--server-side", "--dry-run=server"], []):
+        applied = cluster.kubectl("apply", "-n", namespace, *flags, "-f", str(sample), check=False)
+        assert applied.returncode == 0, (flags, applied.stderr)
+    stored = json.loads(
+        cluster.kubectl(
+            "get", f"{api.plural}.{g}", f"{kind.lower()}-sample", "-n", namespace, "-o", "json"
+        ).stdout
+    )
+    assert stored["spec"] == yaml.safe_load(sample.read_text())["spec"]  # nothing dropped or defaulted

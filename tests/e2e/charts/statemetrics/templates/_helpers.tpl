@@ -45,7 +45,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* Cluster-wide objects carry the namespace: one release per namespace. */}}
+{{/* Cluster-wide objects carry a hash of the namespace: one release per namespace. */}}
 {{- define "statemetrics.clusterName" -}}
-{{- printf "%s-%s" (include "statemetrics.fullname" .) (include "statemetrics.namespace" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" (include "statemetrics.fullname" . | trunc 54 | trimSuffix "-") (include "statemetrics.namespace" . | sha256sum | trunc 8) }}
 {{- end }}

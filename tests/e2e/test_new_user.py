@@ -1,0 +1,243 @@
+"""The path a new user takes, end to end on the real control plane, each step timed.
+
+``helm-operator init`` → ``create-api`` three times (a chart with a large values.schema.json and
+nullable enums, one without a schema, one with cluster-scoped RBAC and a CRD in ``crds/``; written
+the way public charts are: ``default "" … | quote``, ``namespaceOverride``, hook Jobs, HPA, PDB,
+kinds with irregular plurals) → the one line a user adds to watches.yaml (``allowClusterScoped``
+for the exporter) → ``helm-operator rbac`` → ``kubectl apply`` of the CRDs, ``config/`` and the
+generated samples → the operator runs **as the generated ServiceAccount** (a token from ``kubectl
+create token``, leader election as the Deployment runs it) → every sample Ready, nothing forbidden
+→ the samples deleted and uninstalled by the same operator.
+
+``HELM_OPERATOR_CLI`` names a ``helm-operator`` executable to use instead of this checkout's (e.g.
+one installed from a wheel into a fresh virtualenv). The timings are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
+
+from .operator import REPO, eventually
+
+CHARTS = REPO / "tests/e2e/charts"
+
+
+def cli() -> list[str]:
+    given = os.environ.get("HELM_OPERATOR_CLI")
+    return [given] if given else [sys.executable, "-m", "helm_operator.cli"]
+
+
+class Steps:
+    """Runs and times each step; the table is printed at the end, whatever happened."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[str, float]] = []
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.times.append((what, time.monotonic() - started))
+
+    def report(self) -> str:
+        width = max(len(w) for w, _ in self.times)
+        lines = [f"  {w.ljust(width)}  {s:6.2f} s" for w, s in self.times]
+        total = sum(s for _, s in self.times)
+        return "\n".join(["new-user path timings:", *lines, f"  {'total'.ljust(width)}  {total:6.2f} s"])
+
+
+def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*cli(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"helm-operator {' '.join(args)} (exit {proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+def sa_kubeconfig(cluster: DevCluster, name: str, namespace: str, path: Path) -> Path:
+    """A kubeconfig authenticating as a ServiceAccount (a 1 h token), as a Pod of the Deployment."""
+    token = cluster.kubectl("create", "token", name, "-n", namespace, "--duration", "1h").stdout.strip()
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
+    user = f"system:serviceaccount:{namespace}:{name}"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": server}],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "local", "user": user}}],
+                "current-context": "sa",
+            }
+        )
+    )
+    return path
+
+
+def ready(cluster: DevCluster, namespace: str, refs: list[str]) -> bool:
+    for ref in refs:
+        out = cluster.kubectl("get", ref, "-n", namespace, "-o", "json", check=False)
+        if out.returncode != 0:
+            return False
+        obj = json.loads(out.stdout)
+        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}
+        if conds.get("Ready", {}).get("status") != "True":
+            return False
+    return True
+
+
+@pytest.mark.timeout(900)
+def test_init_create_api_rbac_apply_and_all_ready_as_the_generated_service_account(
+    cluster: DevCluster, tools: Toolchain, solo_namespace: str, tmp_path: Path
+) -> None:
+    tools.require("helm")
+    ns = solo_namespace
+    name = f"shop{os.urandom(2).hex()}"  # its namespace, ClusterRole and groups are this run's own
+    project = tmp_path / name
+    env = {**os.environ, "HELM_OPERATOR_HELM": str(tools.helm)}
+    kinds = [
+        # (group, kind, chart, plural)
+        (f"proxy.{name}.example.com", "IngressProxy", "ingressproxy", "ingressproxies"),
+        (f"apps.{name}.example.com", "WebAnalytics", "analytics", "webanalytics"),
+        (f"monitoring.{name}.example.com", "KubeStateMetrics", "statemetrics", "kubestatemetrics"),
+    ]
+    steps = Steps()
+    operator: subprocess.Popen[bytes] | None = None
+    log = tmp_path / "operator.log"
+    try:
+        with steps.step("init"):
+            run("init", str(project), "--name", name, cwd=tmp_path, env=env)
+        for group, kind, chart, plural in kinds:
+            with steps.step(f"create-api {kind}"):
+                out = run(
+                    "create-api", "--group", group, "--version", "v1", "--kind", kind,
+                    "--chart", str(CHARTS / chart), cwd=project, env=env,
+                )  # fmt: skip
+            assert f"wrote crds/{plural}.{group}.yaml" in out.stdout, out.stdout
+        assert len(yaml.safe_load((project / "watches.yaml").read_text())) == 3
+
+        # The exporter's ClusterRole is cluster-scoped: its owner says it may be (one line).
+        text = (project / "watches.yaml").read_text()
+        assert text.endswith("kind: KubeStateMetrics\n  chart: charts/kubestatemetrics\n"), text
+        (project / "watches.yaml").write_text(text + "  allowClusterScoped: true\n")
+
+        with steps.step("rbac"):
+            out = run(
+                "rbac", "--watches-file", "watches.yaml", "--out", "config/02-rbac.yaml", cwd=project, env=env
+            )
+        assert "charts/kubestatemetrics creates from its crds/ folder CustomResourceDefinition" in out.stderr
+        assert (
+            "# Note: charts/kubestatemetrics creates from its crds/ folder"
+            in (project / "config/02-rbac.yaml").read_text()
+        )
+
+        with steps.step("kubectl apply crds/ config/"):
+            deployment = project / "config/03-deployment.yaml"
+            applied = [str(p) for p in sorted((project / "config").glob("*.yaml")) if p != deployment]
+            cluster.kubectl("apply", "-f", str(project / "crds"), *[a for p in applied for a in ("-f", p)])
+            dry = cluster.kubectl("apply", "--dry-run=server", "-f", str(deployment))
+            assert "created (server dry run)" in dry.stdout, dry.stdout + dry.stderr
+            for group, _, _, plural in kinds:
+                cluster.kubectl(
+                    "wait", "--for=condition=Established", f"crd/{plural}.{group}", "--timeout=60s"
+                )
+
+        with steps.step("kubectl apply samples/"):
+            cluster.kubectl("apply", "-n", ns, "-f", str(project / "samples"))
+        refs = [f"{plural}.{group}/{kind.lower()}-sample" for group, kind, _, plural in kinds]
+
+        with steps.step("operator start (as the ServiceAccount)"):
+            kubeconfig = sa_kubeconfig(cluster, name, f"{name}-system", tmp_path / "sa-kubeconfig")
+            helm_home = {
+                f"HELM_{d}_HOME": str(tmp_path / f"helm-{d.lower()}") for d in ("CACHE", "CONFIG", "DATA")
+            }
+            operator = subprocess.Popen(
+                [
+                    *cli(), "run", "--watches-file", "watches.yaml", "--kubeconfig", str(kubeconfig),
+                    "--helm", str(tools.helm), "--namespace", ns,
+                    "--leader-elect", "--leader-election-namespace", f"{name}-system",
+                ],
+                cwd=project,
+                env={**env, **helm_home},
+                stdout=log.open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+            eventually(
+                lambda: (
+                    "Initial authentication has finished" in log.read_text() or operator.poll() is not None
+                ),
+                timeout=60,
+                what="operator start",
+            )
+            assert operator.poll() is None, log.read_text()
+        with steps.step("all three Ready"):
+            eventually(lambda: ready(cluster, ns, refs), timeout=300, interval=1, what=f"{refs} Ready")
+
+        for ref in refs:
+            obj = json.loads(cluster.kubectl("get", ref, "-n", ns, "-o", "json").stdout)
+            assert obj["status"]["release"]["revision"] == 1, obj["status"]
+        # What the charts made, the exporter's cluster-wide objects and the CRD of its crds/ included.
+        for what in (
+            "deployment/ingressproxy-sample-controller",
+            "horizontalpodautoscaler/ingressproxy-sample-controller",
+            "poddisruptionbudget/ingressproxy-sample-controller",
+            "role/ingressproxy-sample",
+            "deployment/webanalytics-sample",
+            "horizontalpodautoscaler/webanalytics-sample",
+            "poddisruptionbudget/webanalytics-sample",
+            "deployment/kubestatemetrics-sample",
+        ):
+            cluster.kubectl("get", what, "-n", ns)
+        exporter_role = f"clusterrole/kubestatemetrics-sample-{hashlib.sha256(ns.encode()).hexdigest()[:8]}"
+        cluster.kubectl("get", exporter_role)
+        crd = json.loads(
+            cluster.kubectl(
+                "get",
+                "crd",
+                "metricsconfigs.statemetrics.e2e.helm-operator.io",
+                "-o",
+                "json",
+                "--show-managed-fields",
+            ).stdout
+        )
+        assert "helm" in {m["manager"] for m in crd["metadata"]["managedFields"]}
+
+        with steps.step("kubectl delete samples/ (uninstalled)"):
+            cluster.kubectl("delete", "-n", ns, "-f", str(project / "samples"), "--timeout=180s", timeout=200)
+        gone = cluster.kubectl("get", exporter_role, check=False)
+        assert gone.returncode != 0, gone.stdout
+        assert "forbidden" not in log.read_text().lower(), log.read_text()
+    finally:
+        if operator is not None and operator.poll() is None:
+            # Uninstalled by the operator (its finalizer), so nothing cluster-wide stays behind.
+            samples = str(project / "samples")
+            cluster.kubectl("delete", "-n", ns, "-f", samples, "--timeout=120s", check=False, timeout=150)
+            operator.send_signal(signal.SIGTERM)
+            try:
+                operator.wait(60)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+                operator.wait()
+        print("\n" + steps.report())
+        if (project / "crds").is_dir():
+            cluster.kubectl("delete", "-f", str(project / "crds"), "--wait=false", check=False)
+        for what in (f"clusterrole/{name}", f"clusterrolebinding/{name}", f"namespace/{name}-system"):
+            cluster.kubectl("delete", what, "--wait=false", check=False)
