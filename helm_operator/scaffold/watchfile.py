@@ -9,7 +9,6 @@ the old entries plus the new one, or nothing is returned but an error saying wha
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,8 +64,6 @@ def _flow_items(text: str, node: yaml.SequenceNode, entry: Mapping[str, Any]) ->
 def _block_items(text: str, node: yaml.SequenceNode, entry: Mapping[str, Any]) -> str:
     """A block list: the entry after everything, at the list's own indentation."""
     body = text if text.endswith("\n") else text + "\n"
-    if re.search(r"^\.\.\.\s*$", body, re.MULTILINE):
-        raise WatchFileError("the file ends its document with '...'")
     return body + "\n" + _block(entry, node.start_mark.column)
 
 
@@ -104,6 +101,6 @@ def add_entry(text: str, entry: Mapping[str, Any], where: str = "watches.yaml") 
         after = None
     if after != expected:
         raise WatchFileError(
-            f"{where}: cannot add the entry and keep the file's layout; add it by hand:\n{_block(entry)}"
+            f"{where}: cannot add to its list and keep it; add this entry by hand:\n{_block(entry)}"
         )
     return new
