@@ -25,13 +25,14 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Event, Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Update, merge_conditions, parse_rfc3339, says
+from helm_operator.core.conditions import Update, merge_conditions, parse_rfc3339
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import ACTION_ANNOTATION, FORCE_UNINSTALL_ANNOTATION
 from helm_operator.drift.check import manifest_objects
 from helm_operator.drift.dependents import Kind
 from helm_operator.hooks.context import DRIFT_PAUSED, Context, Day2Status, Release, frozen, lookup
 from helm_operator.hooks.errors import InvalidSpec
+from helm_operator.hooks.health import PROBLEMS, Health
 from helm_operator.hooks.kubeclient import AsyncKube
 from helm_operator.hooks.registry import Hook, Hooks, Stage
 from helm_operator.hooks.runner import OK, HookResult, run
@@ -51,7 +52,6 @@ from helm_operator.release.record import StoredRelease
 
 log = logging.getLogger(__name__)
 
-CONDITION = "Day2"
 RECHECK = 30.0  # seconds: a waiting schedule re-reads its resource at least this often
 NOW: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
 
@@ -114,6 +114,8 @@ class Day2:
     _owners: dict[str, tuple[Watch, str | None, str]] = field(default_factory=dict)
     _changed: dict[tuple[str, str], Mapping[str, Any] | None] = field(default_factory=dict)
     _objects: ObjectWatches | None = None
+    health: Health = field(default_factory=Health)  # the one owner of the Day2 condition
+    _held: dict[str, frozenset[str]] = field(default_factory=dict)  # owner -> schedules held
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -219,63 +221,89 @@ class Day2:
                 msg = f"{result.message}; uninstalling anyway: deletion blocked for {hook.block_for:g}s"
                 events.append(("Warning", "HookGaveUp", msg))
                 continue
+            # Look again when the hook asks to (a running backup), when it would give up, or
+            # (a failure that waits for a change: None) when the resource changes.
+            again = result.retry_after
+            if hook.block_for is not None:
+                again = min(again if again is not None else hook.block_for, hook.block_for - since)
+            if result.waiting:
+                msg = f"deletion waits: {result.message}"
+                return HookResult(False, "UninstallWaiting", msg, again, wait=True), events
             msg = (
                 f"deletion blocked: {result.message}. Fix the cause, or annotate the resource "
                 f"{FORCE_UNINSTALL_ANNOTATION}=true to uninstall without it"
             )
-            return HookResult(False, "UninstallBlocked", msg, result.retry_after or 30.0), events
+            return HookResult(False, "UninstallBlocked", msg, again), events
         return OK, events
 
     # --- validation, schedules and actions (after each reconcile) --------------------------------
 
-    async def validate(self, watch: Watch, body: Mapping[str, Any]) -> list[str]:
-        """What is wrong with the spec fields the hooks use (cron expressions and ``validate`` hooks)."""
-        problems = []
+    async def _check_spec(self, watch: Watch, body: Mapping[str, Any], owner: str) -> list[str]:
+        """Check the spec fields the hooks use (each schedule's cron or interval, each ``validate``
+        hook), tell the health what fails, and return the dotted fields found invalid."""
         hooks = self.of(watch) or Hooks()
+        invalid: list[str] = []
         for hook in hooks.schedules:
+            source = f"schedule {hook.name} (spec)"
             try:
                 schedule_of(hook, body)
+                self.health.report(owner, source, None)
             except InvalidSpec as exc:
-                problems.append(str(exc))
+                invalid.append(exc.path)
+                self.health.report(owner, source, ("InvalidSpec", str(exc)))
         for hook in hooks.of("validate"):
             result = await run(hook, self.context(watch, body))
-            if not result.ok:
-                problems.append(
-                    result.message.split(": ", 1)[-1] if result.reason == "HookFailed" else result.message
-                )
-        return problems
+            self.health.report(owner, f"validate {hook.fn.__name__}", result.problem)
+            if result.problem is not None:
+                invalid.append(result.field or "spec")  # a check that broke holds all that uses spec
+        return invalid
 
-    async def sync(
-        self, watch: Watch, body: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[Update], list[Event]]:
-        """Validate, arm the schedules and start a requested action; the ``Day2`` condition update
-        (announced by a Warning only when it changes)."""
+    async def sync(self, watch: Watch, body: Mapping[str, Any]) -> list[Event]:
+        """After each reconcile: check the spec, arm the schedules it does not hold, start a
+        requested action (or say why it waits), make sure the watch hooks run. Only what an
+        invalid field governs is held; everything else goes on. Warnings for what newly fails."""
         hooks = self.of(watch)
         if hooks is None:
-            return [], []
-        problems = await self.validate(watch, body)
-        previous = next((c for c in conditions if c.get("type") == CONDITION), None)
-        if problems:
-            message = "; ".join(problems)
-            events: list[Event] = [] if says(previous, message) else [("Warning", "InvalidSpec", message)]
-            return [(CONDITION, False, "InvalidSpec", message)], events
+            return []
         ident = self._ident(watch, body)
+        owner = ident.owner
+        self.health.seed(owner, (body.get("status") or {}).get("day2"))
+        before = {p.source: p for p in self.health.failing(owner)}
+        invalid = await self._check_spec(watch, body, owner)
         meta = body["metadata"]
         ns, name = meta.get("namespace"), meta["name"]
+        held = frozenset(h.name for h in hooks.schedules if _governs(h, invalid))
+        self._held[owner] = held
         for hook in hooks.schedules:
-            tick = functools.partial(self._tick, watch, ns, name, hook)
-            self._start(ident, f"schedule/{hook.name}", tick)
+            if hook.name not in held:
+                tick = functools.partial(self._tick, watch, ns, name, hook)
+                self._start(ident, f"schedule/{hook.name}", tick)
         watched = hooks.of("watch")
-        if watched and ident.owner not in self._owners:
-            self._owners[ident.owner] = (watch, ns, name)
+        if watched and owner not in self._owners:
+            self._owners[owner] = (watch, ns, name)
             for kind in {h.watched for h in watched if h.watched}:
                 self._watches().ensure(kind)
-                self._object_changed(ident.owner, kind, None)  # first look: the state as it is now
-        if (meta.get("annotations") or {}).get(ACTION_ANNOTATION):
-            self._start(ident, "action", functools.partial(self._act, watch, ns, name))
-        if previous is None or previous.get("reason") == "InvalidSpec":
-            return [(CONDITION, True, "SpecValid", "the day-2 hooks accept the spec")], []
-        return [], []
+                self._object_changed(owner, kind, None)  # first look: the state as it is now
+        request = str((meta.get("annotations") or {}).get(ACTION_ANNOTATION) or "")
+        if request:
+            verb, _ = parse_action(request)
+            asked = next((h for h in hooks.of("action") if h.name == verb), None)
+            if asked is not None and _governs(asked, invalid):
+                why = "; ".join(p.message for p in self.health.failing(owner) if p.reason == "InvalidSpec")
+                self.health.report(owner, "action", ("ActionHeld", f"action {request} waits: {why}"))
+            else:
+                self._start(ident, "action", functools.partial(self._act, watch, ns, name))
+        elif "action" in before and before["action"].reason == "ActionHeld":
+            self.health.report(owner, "action", None)  # the request was withdrawn
+        return [
+            ("Warning", p.reason, p.message) for p in self.health.failing(owner) if before.get(p.source) != p
+        ]
+
+    def status_of(self, watch: Watch, body: Mapping[str, Any]) -> tuple[Update, list[dict[str, str]]]:
+        """The ``Day2`` condition and ``status.day2.problems`` as the health has them now."""
+        owner = self._ident(watch, body).owner
+        self.health.seed(owner, (body.get("status") or {}).get("day2"))
+        return self.health.condition(owner), self.health.problems(owner)
 
     def _start(self, ident: ReleaseId, what: str, step: Callable[[], Awaitable[float | None]]) -> None:
         """Run ``step`` as the resource's task ``what``; if that task already runs, wake it from
@@ -316,6 +344,8 @@ class Day2:
         """Stop the schedules and watch hooks of a resource that is gone."""
         owner = identify(watch, namespace, name).owner
         self._owners.pop(owner, None)
+        self._held.pop(owner, None)
+        self.health.forget(owner)
         for key in [k for k in self._tasks if k[0] == owner]:
             self._tasks.pop(key).cancel()
             self._wake.pop(key, None)
@@ -363,9 +393,9 @@ class Day2:
         changed = self._changed.pop((owner, hook.name), None)
         objects = self._watches().of(owner, hook.watched)
         result = await run(hook, self.context(watch, body, objects=objects, changed=changed))
-        if result.reason == "HookRetrying":
+        if result.waiting:
             return result.retry_after
-        await self._condition(watch, body, result, hook.label, quiet=True)
+        await self._condition(watch, body, f"watch {hook.name}", result)
         return None if result.ok else result.retry_after
 
     async def _fresh(self, watch: Watch, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -376,23 +406,22 @@ class Day2:
         return body
 
     async def _condition(
-        self, watch: Watch, body: Mapping[str, Any], result: HookResult, what: str, quiet: bool = False
+        self, watch: Watch, body: Mapping[str, Any], source: str, result: HookResult
     ) -> None:
-        """Record the outcome of a scheduled run, action or watch hook in the ``Day2`` condition
-        (+ an Event on failure). ``quiet``: a success is written only over a failure."""
+        """Tell the health how ``source`` went; write ``Day2`` and the problems (and a Warning
+        for a new failure) only when that changes what is failing."""
+        owner = self._ident(watch, body).owner
+        self.health.seed(owner, (body.get("status") or {}).get("day2"))
+        if not self.health.report(owner, source, result.problem):
+            return
+        if result.problem is not None:
+            await self.reporter.events(self._ref(watch, body), [("Warning", result.reason, result.message)])
         status = body.get("status") or {}
         generation = int(body["metadata"].get("generation") or 0)
-        if quiet and result.ok:
-            current = next((c for c in status.get("conditions") or [] if c.get("type") == CONDITION), None)
-            if current is None or current.get("status") == "True":
-                return
-        if result.ok:
-            update: Update = (CONDITION, True, "Succeeded", f"{what} succeeded")
-        else:
-            update = (CONDITION, False, result.reason, result.message)
-            await self.reporter.events(self._ref(watch, body), [("Warning", result.reason, result.message)])
-        merged = merge_conditions(status.get("conditions") or [], [update], generation, time.time())
-        await self.reporter.status(self._ref(watch, body), watch.served_plural, {"conditions": merged})
+        conditions = status.get("conditions") or []
+        merged = merge_conditions(conditions, [self.health.condition(owner)], generation, time.time())
+        patch = {"conditions": merged, "day2": {PROBLEMS: self.health.problems(owner)}}
+        await self.reporter.status(self._ref(watch, body), watch.served_plural, patch)
 
     async def _tick(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> float | None:
         """One look at a schedule (under the lock): run it if due. Seconds to wait, or None: stop."""
@@ -409,6 +438,8 @@ class Day2:
         state = TaskState.from_status((day2.get("schedules") or {}).get(hook.name))
         if state.active:  # a run the operator did not see finish (a restart): resume it, same name
             return await self._run_scheduled(watch, body, hook, state.active, state.last)
+        if hook.name in self._held.get(self._ident(watch, body).owner, frozenset()):
+            return None  # a field it governs is invalid: the reconcile arms it again once fixed
         now = NOW()
         decision = decide(expr, state, now)
         if decision.run is None:
@@ -441,7 +472,7 @@ class Day2:
         release = await self._release(watch, body)
         ctx = self.context(watch, body, release=release, run_as=run_as, scheduled=slot)
         result = await run(hook, ctx)
-        if result.reason == "HookRetrying":  # the same run continues later (e.g. its Job still runs)
+        if result.waiting:  # the same run continues later (e.g. its Job still runs)
             return result.retry_after
         phase = "Succeeded" if result.ok else "Failed"
         last = {"name": run_as, "phase": phase, "completionTime": rfc3339(NOW()), "message": result.message}
@@ -449,7 +480,7 @@ class Day2:
             last["scheduledTime"] = rfc3339(slot)
         last["startTime"] = rfc3339(started)
         await self._save_task(watch, body, hook, {"active": None, "lastRun": last})
-        await self._condition(watch, body, result, f"{hook.name} run {run_as}")
+        await self._condition(watch, body, f"schedule {hook.name}", result)
         return 0.0
 
     async def _act(self, watch: Watch, namespace: str | None, name: str) -> float | None:
@@ -486,7 +517,7 @@ class Day2:
                     watch, body, release=await self._release(watch, body), run_as=run_as, argument=argument
                 ),
             )
-            if result.reason == "HookRetrying":
+            if result.waiting:
                 return result.retry_after
         last.update(
             phase="Succeeded" if result.ok else "Failed",
@@ -498,7 +529,7 @@ class Day2:
             await self.reporter.events(
                 ref, [("Normal", "ActionSucceeded", f"{request}: run {run_as} succeeded")]
             )
-        await self._condition(watch, body, result, f"action {request}")
+        await self._condition(watch, body, "action", result)
         return await self._acknowledge(watch, body, request)
 
     async def _acknowledge(self, watch: Watch, body: Mapping[str, Any], request: str) -> float | None:
@@ -522,6 +553,13 @@ class Day2:
                 return 0.0
             raise
         return None
+
+
+def _governs(hook: Hook, invalid: Sequence[str]) -> bool:
+    """Whether an invalid field lies in (or contains) a field the hook depends on."""
+    return any(
+        f == g or f.startswith(g + ".") or g.startswith(f + ".") for f in invalid for g in hook.governed
+    )
 
 
 def _matches(hook: Hook, obj: Mapping[str, Any]) -> bool:

@@ -35,6 +35,14 @@ class Hook:
     watched: tuple[str, str] | None = None  # watch: (apiVersion, kind) of the release's objects
     when: Callable[[Any], bool] | None = None  # watch: which changed objects call the hook
     block_for: float | None = None  # before uninstall: give up blocking the deletion after this long
+    uses: tuple[str, ...] = ()  # schedule/action: spec fields it depends on (held while one is invalid)
+
+    @property
+    def governed(self) -> tuple[str, ...]:
+        """The spec fields whose invalidity holds this hook: what it declares it uses, and for a
+        schedule the section its cron or interval sits in (``spec.backup.schedule`` → ``spec.backup``)."""
+        own = (self.cron or self.every).rpartition(".")[0]
+        return tuple(dict.fromkeys((*self.uses, *([own] if own else []))))
 
     @property
     def label(self) -> str:
@@ -67,8 +75,9 @@ class Hooks:
         return deco
 
     def validate(self, *, timeout: float = 30.0) -> Callable[[F], F]:
-        """Checks the spec fields the hooks use (raise ``InvalidSpec``); a failure is shown on the
-        resource and keeps its schedules and actions from running, not its release."""
+        """Checks the spec fields the hooks use (raise ``InvalidSpec`` naming the field); a
+        failure is shown on the resource (``Day2``) and holds the schedules and actions that
+        use that field — not the release, the watch hooks or anything else."""
 
         def deco(fn: F) -> F:
             self._add(Hook("validate", fn, timeout))
@@ -104,16 +113,24 @@ class Hooks:
         return deco
 
     def schedule(
-        self, name: str, *, cron: str = "", every: str = "", timeout: float = 3600.0
+        self,
+        name: str,
+        *,
+        cron: str = "",
+        every: str = "",
+        timeout: float = 3600.0,
+        uses: str | Sequence[str] = (),
     ) -> Callable[[F], F]:
         """A task run on the standard 5-field cron found at ``cron`` (a dotted path in the
         resource, e.g. ``spec.backup.schedule``), or every N seconds read from ``every`` (e.g.
-        ``spec.backup.backupIntervalInSecond``); nothing there, no runs."""
+        ``spec.backup.backupIntervalInSecond``); nothing there, no runs. It is held (no new runs)
+        while a field it governs is invalid: the section its cron sits in, and ``uses``."""
         if bool(cron) == bool(every):
             raise ValueError(f"schedule {name!r}: give exactly one of cron= or every=")
+        fields = (uses,) if isinstance(uses, str) else tuple(uses)
 
         def deco(fn: F) -> F:
-            self._add(Hook("schedule", fn, timeout, name=name, cron=cron, every=every))
+            self._add(Hook("schedule", fn, timeout, name=name, cron=cron, every=every, uses=fields))
             return fn
 
         return deco
@@ -140,11 +157,16 @@ class Hooks:
 
         return deco
 
-    def action(self, verb: str, *, timeout: float = 3600.0) -> Callable[[F], F]:
-        """Runs once per request ``helm-operator.io/action: <verb>[=<argument>]`` on the resource."""
+    def action(
+        self, verb: str, *, timeout: float = 3600.0, uses: str | Sequence[str] = ()
+    ) -> Callable[[F], F]:
+        """Runs once per request ``helm-operator.io/action: <verb>[=<argument>]`` on the resource.
+        ``uses``: spec fields (dotted, e.g. ``spec.backup``) it depends on; while a ``validate``
+        hook finds one invalid, a request waits (and ``Day2`` says why) instead of running."""
+        fields = (uses,) if isinstance(uses, str) else tuple(uses)
 
         def deco(fn: F) -> F:
-            self._add(Hook("action", fn, timeout, name=verb))
+            self._add(Hook("action", fn, timeout, name=verb, uses=fields))
             return fn
 
         return deco

@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass
 
 from helm_operator.hooks.context import Context
-from helm_operator.hooks.errors import PermanentError, TemporaryError
+from helm_operator.hooks.errors import InvalidSpec, PermanentError, TemporaryError
 from helm_operator.hooks.registry import Hook
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,19 @@ class HookResult:
     reason: str = ""  # HookFailed | HookTimedOut | HookRetrying
     message: str = ""
     retry_after: float | None = None  # None with ok=False: permanent, until the resource changes
+    field: str | None = None  # InvalidSpec: the dotted spec field at fault
+    detail: str = ""  # the error in its own words, without the hook's name
+    wait: bool = False  # TemporaryError: not a failure, the hook asked to be called again later
+
+    @property
+    def waiting(self) -> bool:
+        """Not a failure: the hook asked to be called again (``TemporaryError``)."""
+        return self.wait
+
+    @property
+    def problem(self) -> tuple[str, str] | None:
+        """What the ``Day2`` condition is told: (reason, message) of a failure, None otherwise."""
+        return None if self.ok or self.waiting else (self.reason, self.message)
 
     @property
     def permanent(self) -> bool:
@@ -54,9 +67,11 @@ async def run(hook: Hook, ctx: Context) -> HookResult:
             60.0,
         )
     except TemporaryError as exc:
-        result = HookResult(False, "HookRetrying", f"{hook.label}: {exc}", exc.delay)
+        result = HookResult(False, "HookRetrying", f"{hook.label}: {exc}", exc.delay, wait=True)
+    except InvalidSpec as exc:
+        result = HookResult(False, "InvalidSpec", f"{hook.label}: {exc}", field=exc.path, detail=str(exc))
     except PermanentError as exc:
-        result = HookResult(False, "HookFailed", f"{hook.label}: {exc}")
+        result = HookResult(False, "HookFailed", f"{hook.label}: {exc}", detail=str(exc))
     except Exception as exc:
         ctx.log.warning("%s raised", hook.label, exc_info=True)
         message = f"{hook.label} raised {type(exc).__name__}: {exc}{_origin(exc)}"

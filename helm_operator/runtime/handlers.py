@@ -24,7 +24,7 @@ from helm_operator.config.watches import Watch, selector_matches
 from helm_operator.core.conditions import Update, keep_transitions, merge_conditions, says
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
-from helm_operator.hooks.day2 import CONDITION
+from helm_operator.hooks.health import PROBLEMS
 from helm_operator.release.identity import identify
 from helm_operator.release.status import status_patch
 from helm_operator.runtime import logs
@@ -85,6 +85,8 @@ class DigestDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 
 log = logging.getLogger(__name__)
+
+BLOCKED_POLL = 2.0  # seconds between looks at a resource whose deletion a hook holds
 
 
 class OutageLogFilter(logging.Filter):
@@ -215,11 +217,13 @@ class Handlers:
             self.states.set(watch.key, cr.ident.key, phase)
             patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
             events = list(result.events)
-            updates = list(result.conditions)
-            if rt.day2 is not None:
-                armed, said = await rt.day2.sync(watch, cr.body, cr.status.get("conditions", []))
-                updates = [*armed, *updates]  # a hook failure of this reconcile wins
-                events += said
+            updates: list[Update] = []
+            if rt.day2 is not None and rt.day2.of(watch) is not None:
+                events += await rt.day2.sync(watch, cr.body)
+                day2_condition, problems = rt.day2.status_of(watch, cr.body)
+                updates.append(day2_condition)  # decided from every contributor at once
+                if (cr.status.get("day2") or {}).get(PROBLEMS) != problems:
+                    patch["day2"] = {PROBLEMS: problems}
             if updates:
                 patch["conditions"] = merge_conditions(patch["conditions"], updates, generation, time.time())
             announced, report = result.announced, None
@@ -290,20 +294,26 @@ class Handlers:
 
     async def _delete(self, meta: kopf.Meta) -> None:
         rt, watch, ref = self.runtime, self.watch, self._ref(meta)
-        body = None
-        if rt.day2 is not None and rt.day2.of(watch) is not None:  # the hooks see the latest annotations
-            fresh_ref = ObjectRef(watch.api_version, watch.kind, meta.name, meta.namespace)
-            body = await asyncio.to_thread(rt.kube.get_custom, fresh_ref, watch.served_plural)
-        try:
-            message, events = await finalize(rt, watch, meta.namespace, meta.name, body)
-        except UninstallBlocked as exc:
-            RECONCILES.labels(watch=watch.key, action="uninstall", result="blocked").inc()
-            await self._blocked(ref, body or {}, exc)
-            raise kopf.TemporaryError(str(exc)[:200], delay=exc.result.retry_after or 30) from None
-        except RuntimeError as exc:
-            RECONCILES.labels(watch=watch.key, action="uninstall", result="failed").inc()
-            await rt.reporter.events(ref, [("Warning", "UninstallFailed", str(exc))])
-            raise kopf.TemporaryError(str(exc), delay=10) from None
+        while True:
+            body = None
+            if rt.day2 is not None and rt.day2.of(watch) is not None:  # the hooks see the latest annotations
+                fresh_ref = ObjectRef(watch.api_version, watch.kind, meta.name, meta.namespace)
+                body = await asyncio.to_thread(rt.kube.get_custom, fresh_ref, watch.served_plural)
+            try:
+                message, events = await finalize(rt, watch, meta.namespace, meta.name, body)
+                break
+            except UninstallBlocked as exc:
+                result = "waiting" if exc.result.waiting else "blocked"
+                RECONCILES.labels(watch=watch.key, action="uninstall", result=result).inc()
+                await self._blocked(ref, body or {}, exc)
+                # Wait here, not in kopf's retry backoff: an override or a fix acts at once, a
+                # failure that only a change can cure is not tried again meanwhile, and waiting
+                # for a running backup logs no error.
+                await self._until_changed(body or {}, exc.result.retry_after)
+            except RuntimeError as exc:
+                RECONCILES.labels(watch=watch.key, action="uninstall", result="failed").inc()
+                await rt.reporter.events(ref, [("Warning", "UninstallFailed", str(exc))])
+                raise kopf.TemporaryError(str(exc), delay=10) from None
         RECONCILES.labels(watch=watch.key, action="uninstall", result="ready").inc()
         self.states.forget(watch.key, identify(watch, meta.namespace, meta.name).key)
         self.drift.forget(watch, meta.namespace, meta.name)
@@ -313,23 +323,51 @@ class Handlers:
         await rt.reporter.events(ref, [*events, ("Normal", "Uninstalled", message)])
 
     async def _blocked(self, ref: ObjectRef, body: Mapping[str, Any], exc: UninstallBlocked) -> None:
-        """Say on the resource why its deletion waits (the Event only when the reason is new)."""
+        """Say on the resource why its deletion waits, the Event only when that is new: a
+        Warning for a hook that failed (also on ``Day2``), a Normal one for a hook that waits."""
+        rt = self.runtime
         status = body.get("status") or {}
         conditions = status.get("conditions") or []
         generation = int((body.get("metadata") or {}).get("generation") or 0)
         r = exc.result
         before = next((c for c in conditions if c.get("type") == "Ready"), None)
-        updates: list[Update] = [
-            ("Ready", False, r.reason, r.message),
-            ("Stalled", False, r.reason, ""),
-            (CONDITION, False, r.reason, r.message),
-        ]
-        merged = merge_conditions(conditions, updates, generation, time.time())
-        await self.runtime.reporter.status(ref, self.watch.served_plural, {"conditions": merged})
-        again = says(before, r.message)
-        await self.runtime.reporter.events(
-            ref, [*exc.events, *([] if again else [("Warning", r.reason, r.message)])]
+        updates: list[Update] = [("Ready", False, r.reason, r.message), ("Stalled", False, r.reason, "")]
+        patch: dict[str, Any] = {}
+        if rt.day2 is not None and body:
+            owner = identify(self.watch, ref.namespace, ref.name).owner
+            rt.day2.health.seed(owner, status.get("day2"))
+            rt.day2.health.report(owner, "uninstall", r.problem)
+            condition, problems = rt.day2.status_of(self.watch, body)
+            updates.append(condition)
+            patch["day2"] = {PROBLEMS: problems}
+        patch["conditions"] = merge_conditions(conditions, updates, generation, time.time())
+        await rt.reporter.status(ref, self.watch.served_plural, patch)
+        said = (
+            [] if says(before, r.message) else [("Normal" if r.waiting else "Warning", r.reason, r.message)]
         )
+        await rt.reporter.events(ref, [*exc.events, *said])
+
+    async def _until_changed(self, body: Mapping[str, Any], timeout: float | None) -> None:
+        """Until the resource's annotations or spec change (or it is gone), or ``timeout``."""
+        meta = body.get("metadata") or {}
+        ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.get("name", ""), meta.get("namespace"))
+        seen = (meta.get("annotations"), meta.get("generation"))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while deadline is None or time.monotonic() < deadline:
+            await asyncio.sleep(
+                BLOCKED_POLL if deadline is None else min(BLOCKED_POLL, max(0.0, deadline - time.monotonic()))
+            )
+            if not meta:
+                return
+            try:
+                fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
+            except Exception:  # an API hiccup: look again at the next poll
+                continue
+            if (
+                fresh is None
+                or (fresh["metadata"].get("annotations"), fresh["metadata"].get("generation")) != seen
+            ):
+                return
 
 
 async def _together(writes: list[Coroutine[Any, Any, Any]]) -> None:

@@ -42,9 +42,17 @@ def status_digest(status: Mapping[str, Any]) -> str:
 
 
 def written(status: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """The status after a merge patch of whole top-level fields (``None`` deletes one)."""
-    merged = {**status, **patch}
-    return {k: v for k, v in merged.items() if v is not None}
+    """The status after a JSON merge patch (RFC 7386: maps merge, ``None`` deletes, the rest
+    replaces), as the API server applies it."""
+    merged = dict(status)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = written(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 async def unchanged(rt: Runtime, cr: Resource) -> bool:

@@ -25,12 +25,12 @@ from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Event, Reporter
 from helm_operator.config.charts import ChartInfo, ChartRef, load_chart
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Update, says
+from helm_operator.core.conditions import says
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.values import user_values
 from helm_operator.drift.scheduler import DriftChecker
-from helm_operator.hooks.day2 import CONDITION, Day2
+from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Stage
 from helm_operator.hooks.runner import HookResult
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
@@ -101,7 +101,6 @@ class Result:
     retry_after: float | None = None  # seconds; None: nothing to retry
     events: tuple[Event, ...] = ()
     attempts: Attempts | None = None  # failure memory to record; None: derive from the status
-    conditions: tuple[Update, ...] = ()  # further condition updates (the Day2 condition)
     announced: bool = False  # the status already says an action is in progress: always write it
     settled: Settled | None = None  # nothing to do: what a resync may rely on once the status is written
 
@@ -138,6 +137,11 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     hooks = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
 
     prepared = await desired(rt.kube, cr, chart_ref, chart, hooks, rt.discovery)
+    if hooks is not None:  # the translators' part of Day2
+        hooks.health.seed(cr.ident.owner, cr.status.get("day2"))
+        hooks.health.report(
+            cr.ident.owner, "values", prepared.problem if isinstance(prepared, HookResult) else None
+        )
     if isinstance(prepared, HookResult):
         return _hook_failed(prepared, None)
     if isinstance(prepared, Outcome):
@@ -168,6 +172,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     stage = HOOK_STAGE.get(p.action)
     if hooks is not None and stage is not None:
         before = await hooks.around("before", stage, watch, cr.body, target.values, release)
+        hooks.health.report(cr.ident.owner, f"before {stage}", before.problem)
         if not before.ok:
             return _hook_failed(before, target.digest)
     scopes = await asyncio.to_thread(rt.discovery.scopes)
@@ -177,16 +182,13 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         rt.releases.forget(ident.namespace, ident.name)
         if outcome.release is not None:
             rt.releases.remember(outcome.release)
-    conditions: tuple[Update, ...] = ()
     if hooks is not None and stage is not None and outcome.phase == "ready":
         after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
+        hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
             events.append(("Warning", after.reason, after.message))
-            conditions = ((CONDITION, False, after.reason, after.message),)
     result = _report(rt, key, attempts, outcome, events, target.context)
-    return Result(
-        result.outcome, result.retry_after, result.events, result.attempts, conditions, announced.is_set()
-    )
+    return Result(result.outcome, result.retry_after, result.events, result.attempts, announced.is_set())
 
 
 async def desired(
@@ -222,16 +224,13 @@ def _hook_failed(result: HookResult, digest: str | None) -> Result:
     """A value translator or ``before`` hook failed: no Helm action; retried unless permanent.
     A hook that asked to be called again (``TemporaryError``, e.g. a restore Job still running)
     holds the action back: progressing, no Warning."""
-    if result.reason == "HookRetrying":
+    if result.waiting:
         waiting = Outcome("progressing", result.reason, result.message, digest=digest)
         return Result(waiting, retry_after=result.retry_after)
     phase: Phase = "stalled" if result.permanent else "failed"
     outcome = Outcome(phase, result.reason, result.message, digest=digest)
     return Result(
-        outcome,
-        retry_after=result.retry_after,
-        events=(("Warning", result.reason, result.message),),
-        conditions=((CONDITION, False, result.reason, result.message),),
+        outcome, retry_after=result.retry_after, events=(("Warning", result.reason, result.message),)
     )
 
 

@@ -1,11 +1,12 @@
-"""Hooks that fail on request (``spec.fault``): how the operator reports a hook that raises or
-hangs, while other resources of the kind carry on."""
+"""Hooks that fail on request (``spec.fault``, ``spec.backup``, ``spec.uninstall``): how the
+operator reports a hook that raises, hangs or waits, while other resources and other hooks of the
+same resource carry on."""
 
 from __future__ import annotations
 
 import asyncio
 
-from helm_operator.hooks import Context, Hooks
+from helm_operator.hooks import Context, Hooks, InvalidSpec, PermanentError, TemporaryError
 
 hooks = Hooks()
 
@@ -18,3 +19,44 @@ async def translate(ctx: Context) -> None:
     if fault == "hang":
         await asyncio.sleep(3600)
     ctx.values.pop("fault", None)
+
+
+# Day-2 parts that each look at a spec field of their own, for the Day2 condition's ownership:
+# nothing below does anything for a resource without those fields.
+
+
+@hooks.validate()
+async def check(ctx: Context) -> None:
+    if (ctx.spec.get("backup") or {}).get("target") == "":
+        raise InvalidSpec("spec.backup.target", "must not be empty")
+
+
+@hooks.schedule("tick", every="spec.backup.every")
+async def tick(ctx: Context) -> None:
+    ctx.day2["ticks"] = int(ctx.day2.get("ticks") or 0) + 1
+
+
+@hooks.action("ping")  # governed by no field: runs whatever the backup section says
+async def ping(ctx: Context) -> None:
+    ctx.day2["pinged"] = ctx.argument
+
+
+@hooks.action("backup-now", uses="spec.backup")
+async def backup_now(ctx: Context) -> None:
+    ctx.day2["backedUp"] = ctx.run
+
+
+@hooks.watch("v1", "ConfigMap")
+async def config_seen(ctx: Context) -> None:
+    ctx.day2["configMaps"] = len(ctx.objects)
+
+
+@hooks.before("uninstall")
+async def hold_deletion(ctx: Context) -> None:
+    how = ctx.spec.get("uninstall")
+    if how == "refuse":
+        ctx.day2["refusals"] = int(ctx.day2.get("refusals") or 0) + 1
+        raise PermanentError("refusing to uninstall, as the spec asks")
+    if how == "wait" and ctx.annotations.get("test.helm-operator.io/saved") != "true":
+        ctx.day2["waits"] = int(ctx.day2.get("waits") or 0) + 1
+        raise TemporaryError("the final copy is still being saved", delay=3)
