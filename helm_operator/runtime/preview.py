@@ -238,7 +238,7 @@ class Previewer:
         except Exception as exc:
             raise PreviewError(f"{where}: cannot load chart {watch.chart.ref}: {exc}") from None
         hooks = self.day2 if self.day2 is not None and self.day2.of(watch) is not None else None
-        prepared = await desired(self.rt.kube, cr, chart_ref, chart, hooks)
+        prepared = await desired(self.rt.kube, cr, chart_ref, chart, hooks, self.rt.discovery)
         if isinstance(prepared, HookResult):
             raise PreviewError(f"{where}: {prepared.reason}: {prepared.message}")
         if isinstance(prepared, Outcome):
