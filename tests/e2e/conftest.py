@@ -156,7 +156,7 @@ HOOKED_WATCH = {
 }
 
 
-# The real-world chart under a kind whose plural no rule derives (KubeStateMetrics →
+# The real-world chart under a kind whose plural is its own singular (KubeStateMetrics →
 # kubestatemetrics), allowed its cluster-scoped RBAC; and under a tenant kind that is not.
 REALWORLD_WATCHES = [
     {
