@@ -9,11 +9,11 @@ environment variable, never as text of a shell script:
   be formatted from a resource) and checked when declared: every expansion double-quoted
   (``"$NAME"``, ``"$@"``), no command substitution. Values go in as ``env`` and ``args``.
 
-The kubelet expands ``$(NAME)`` in command, args and env values; every string is escaped
-(``$`` → ``$$``) so the process sees it verbatim. ``backup.job`` takes only :class:`Container`
-values, and the builtins that run a Job refuse one that starts a shell on any other text
-(:func:`check`), so formatting a value into a script fails in a hook's unit test, not in a
-tenant's namespace. The same holds for other interpreters (``python -c``, ``psql -c``): pass
+The kubelet expands ``$(NAME)`` in command, args and env values; every string is escaped (a
+``$`` before ``$`` or ``(`` doubled) so the process sees it verbatim. ``backup.job`` takes only
+:class:`Container` values, and the builtins that run a Job refuse one that starts a shell on any
+other text (:func:`check`), so formatting a value into a script fails in a hook's unit test, not
+in a tenant's namespace. The same holds for other interpreters (``python -c``, ``psql -c``): pass
 values as arguments or variables, never in the code.
 """
 
@@ -120,9 +120,12 @@ def declared(text: str) -> bool:
     return text in _declared
 
 
+_KUBELET = re.compile(r"\$(?=[$(])")  # the kubelet reads "$$" as "$" and "$(NAME)" as a variable
+
+
 def escape(value: str) -> str:
-    """``value`` as the kubelet passes it on verbatim (it expands ``$(NAME)``; ``$$`` is ``$``)."""
-    return value.replace("$", "$$")
+    """``value`` as the kubelet passes it on verbatim: each ``$`` it would read doubled."""
+    return _KUBELET.sub("$$", value)
 
 
 def unescape(value: str) -> str:
