@@ -11,7 +11,6 @@ import datetime as dt
 import logging
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Protocol
 
 from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
@@ -19,10 +18,32 @@ from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
 DRIFT_PAUSED = "driftPaused"  # status.day2 key: why drift correction is paused (absent: it is not)
 
 
+class ReadOnlyDict(dict[str, Any]):
+    """A plain ``dict`` (``isinstance(x, dict)`` holds, JSON and YAML dump it) that refuses to be
+    changed: what a hook reads of the resource is not a place to write. A copy (``dict(x)``,
+    ``copy.deepcopy(x)``, ``thawed(x)``) is an ordinary, mutable dict."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("read-only: this is the resource as read; change a copy (dict(x), copy.deepcopy(x))")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = thawed(self)
+        return result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (thawed(self),))
+
+
 def frozen(value: Any) -> Any:
-    """A read-only deep view: mappings become MappingProxyType, lists tuples."""
+    """A read-only deep view: mappings become :class:`ReadOnlyDict`, lists tuples."""
     if isinstance(value, Mapping):
-        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+        return ReadOnlyDict({k: frozen(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return tuple(frozen(v) for v in value)
     return value
@@ -199,11 +220,11 @@ class Context:
 
     @property
     def spec(self) -> Mapping[str, Any]:
-        return self.resource.get("spec") or MappingProxyType({})
+        return self.resource.get("spec") or ReadOnlyDict()
 
     @property
     def annotations(self) -> Mapping[str, str]:
-        return self.resource["metadata"].get("annotations") or MappingProxyType({})
+        return self.resource["metadata"].get("annotations") or ReadOnlyDict()
 
     @property
     def owner_reference(self) -> dict[str, Any]:

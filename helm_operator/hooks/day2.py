@@ -116,6 +116,8 @@ class Day2:
     _objects: ObjectWatches | None = None
     health: Health = field(default_factory=Health)  # the one owner of the Day2 condition
     _held: dict[str, frozenset[str]] = field(default_factory=dict)  # owner -> schedules held
+    draining: bool = False  # the operator is stopping: nothing new starts
+    _stepping: set[tuple[str, str]] = field(default_factory=set)  # tasks inside a step right now
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -308,6 +310,8 @@ class Day2:
     def _start(self, ident: ReleaseId, what: str, step: Callable[[], Awaitable[float | None]]) -> None:
         """Run ``step`` as the resource's task ``what``; if that task already runs, wake it from
         its wait, so it looks again now."""
+        if self.draining:
+            return
         key = (ident.owner, what)
         task = self._tasks.get(key)
         if task is None or task.done():
@@ -323,10 +327,16 @@ class Day2:
         returns None. An error ends the task; the next reconcile starts it again."""
         wake = self._wake[key]
         try:
-            while True:
+            while not self.draining:
                 wake.clear()
                 async with self.concurrency.lock(ident.key):
-                    wait = await step()
+                    if self.draining:  # stopped while waiting for the lock
+                        return
+                    self._stepping.add(key)
+                    try:
+                        wait = await step()
+                    finally:
+                        self._stepping.discard(key)
                 if wait is None and not wake.is_set():
                     return
                 with contextlib.suppress(TimeoutError):
@@ -350,7 +360,17 @@ class Day2:
             self._tasks.pop(key).cancel()
             self._wake.pop(key, None)
 
+    def drain(self) -> None:
+        """The operator is stopping: start no scheduled run, action or watch hook from now on;
+        tasks that only wait are stopped (a run in progress finishes; one cut short by the exit
+        is resumed under its name by the next operator, as after any restart)."""
+        self.draining = True
+        for key, task in list(self._tasks.items()):
+            if key not in self._stepping:
+                task.cancel()
+
     def stop(self) -> None:
+        self.drain()
         if self._objects is not None:
             self._objects.stop()
 
@@ -436,8 +456,9 @@ class Day2:
             return None
         day2 = (body.get("status") or {}).get("day2") or {}
         state = TaskState.from_status((day2.get("schedules") or {}).get(hook.name))
-        if state.active:  # a run the operator did not see finish (a restart): resume it, same name
-            return await self._run_scheduled(watch, body, hook, state.active, state.last)
+        if state.active:  # a run in progress (asked to be called again, or cut by a restart): same name
+            since = (day2.get("schedules") or {}).get(hook.name, {}).get("activeSince")
+            return await self._run_scheduled(watch, body, hook, state.active, state.last, since)
         if hook.name in self._held.get(self._ident(watch, body).owner, frozenset()):
             return None  # a field it governs is invalid: the reconcile arms it again once fixed
         now = NOW()
@@ -449,11 +470,14 @@ class Day2:
             return max(0.0, min(RECHECK, (decision.next - now).total_seconds()))
         run_as = run_name(body["metadata"]["name"], hook.name, decision.run, seconds=bool(hook.every))
         # Written before the run starts: a restart from here on resumes this run, never repeats the slot.
-        await self._save_task(watch, body, hook, _started(expr, decision, run_as))
+        started = NOW()
+        await self._save_task(
+            watch, body, hook, {**_started(expr, decision, run_as), "activeSince": rfc3339(started)}
+        )
         if decision.missed:
             msg = f"{hook.name}: {decision.missed} earlier slot(s) passed unrun; ran the latest once"
             await self.reporter.events(self._ref(watch, body), [("Normal", "MissedSchedule", msg)])
-        return await self._run_scheduled(watch, body, hook, run_as, decision.run)
+        return await self._run_scheduled(watch, body, hook, run_as, decision.run, rfc3339(started))
 
     async def _save_task(
         self, watch: Watch, body: Mapping[str, Any], hook: Hook, fields: Mapping[str, Any]
@@ -466,9 +490,15 @@ class Day2:
         return await asyncio.to_thread(storage.latest_release, self.kube.core, ident.name, ident.namespace)
 
     async def _run_scheduled(
-        self, watch: Watch, body: Mapping[str, Any], hook: Hook, run_as: str, slot: dt.datetime | None
+        self,
+        watch: Watch,
+        body: Mapping[str, Any],
+        hook: Hook,
+        run_as: str,
+        slot: dt.datetime | None,
+        since: str | None,
     ) -> float | None:
-        started = NOW()
+        """One attempt of a run; ``since``: when the run (not this attempt) started."""
         release = await self._release(watch, body)
         ctx = self.context(watch, body, release=release, run_as=run_as, scheduled=slot)
         result = await run(hook, ctx)
@@ -478,8 +508,8 @@ class Day2:
         last = {"name": run_as, "phase": phase, "completionTime": rfc3339(NOW()), "message": result.message}
         if slot is not None:
             last["scheduledTime"] = rfc3339(slot)
-        last["startTime"] = rfc3339(started)
-        await self._save_task(watch, body, hook, {"active": None, "lastRun": last})
+        last["startTime"] = since or last["completionTime"]
+        await self._save_task(watch, body, hook, {"active": None, "activeSince": None, "lastRun": last})
         await self._condition(watch, body, f"schedule {hook.name}", result)
         return 0.0
 

@@ -282,11 +282,14 @@ RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
     else:
         install = f"""\
 FROM {PYTHON_IMAGE}
-# helm-operator from PyPI; a wheel put in dist/ is used instead when it has this version.
+# helm-operator: the wheel of this version in dist/, installed by its path (nothing from an index),
+# else the release of that name from PyPI.
 ARG HELM_OPERATOR_VERSION={source.version}
 {_RUNTIME_ENV}COPY dist /tmp/dist
-RUN pip install --no-cache-dir --find-links /tmp/dist "helm-operator==${{HELM_OPERATOR_VERSION}}" \\
- && rm -rf /tmp/dist
+RUN set -e; wheel=$(ls /tmp/dist/helm_operator-"${{HELM_OPERATOR_VERSION}}"-*.whl 2>/dev/null | head -n 1); \\
+    if [ -n "$wheel" ]; then pip install --no-cache-dir "$wheel"; \\
+    else pip install --no-cache-dir "helm-operator==${{HELM_OPERATOR_VERSION}}"; fi; \\
+    rm -rf /tmp/dist
 """
     return head + _helm_stage() + "\n" + install + _PROJECT
 

@@ -85,7 +85,10 @@ A Kubernetes operator made of Helm charts, run by helm-operator {p.version}.
    `helm-operator run --watches-file watches.yaml`.
 3. Regenerate the RBAC from what the charts render and the hooks use (after every new kind or
    chart change): `{RBAC_COMMAND}`
-4. Build and deploy: `docker build -t {p.image} .`, push or load the image where the cluster
+4. Build and deploy: `docker build -t {p.image} .` installs helm-operator {p.version} from PyPI,
+   or, to use a build of your own, first put its wheel in `dist/`
+   (`pip wheel --no-deps -w dist /path/to/helm-operator-checkout`; the Dockerfile installs
+   `dist/helm_operator-{p.version}-*.whl` by its path); push or load the image where the cluster
    pulls from, then `kubectl apply -f crds/ -f config/`.
 """
 
@@ -101,7 +104,8 @@ def files(p: Project) -> dict[str, str]:
         ".dockerignore": deploy.dockerignore(deploy.FromPackage(p.version)),
         "dist/README.md": (
             "A helm-operator wheel put here (same version as the Dockerfile's HELM_OPERATOR_VERSION) is\n"
-            "installed into the image instead of the one on PyPI.\n"
+            "installed into the image by its path instead of the release on PyPI:\n"
+            "  pip wheel --no-deps -w dist /path/to/helm-operator-checkout\n"
         ),
         # What `helm-operator rbac` writes for a project without kinds yet: the same bytes.
         f"config/{deploy.RBAC_FILE}": rbac.render_yaml(

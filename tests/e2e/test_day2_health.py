@@ -118,3 +118,19 @@ def test_a_held_deletion_waits_for_a_change_and_lets_go_at_once(
     lines = operator.log().splitlines()[log_before:]
     noisy = [line for line in lines if "saving" in line and ("ERROR" in line or "WARNING" in line)]
     assert not noisy, noisy
+
+
+def test_a_scheduled_run_records_when_it_started_not_its_last_look(
+    operator: OperatorProcess, res: Resources
+) -> None:
+    from helm_operator.core.conditions import parse_rfc3339
+
+    res.apply(hooked("slow", backup={"every": 10, "slow": True}))
+    last = eventually(
+        lambda: ((day2(res, "slow").get("schedules") or {}).get("tick") or {}).get("lastRun"),
+        timeout=60,
+        what="a finished run",
+    )
+    assert last["phase"] == "Succeeded" and day2(res, "slow")["attempt"] == [last["name"], 3], last
+    took = parse_rfc3339(last["completionTime"]) - parse_rfc3339(last["startTime"])
+    assert took >= 5, last  # two retries 3 s apart: the run began before its last attempt

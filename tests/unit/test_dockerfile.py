@@ -202,6 +202,34 @@ def test_init_dockerfile_installs_the_released_package(tmp_path: Path) -> None:
     assert "HELM_OPERATOR_VERSION=1.2.3" in args and "helm-operator==${HELM_OPERATOR_VERSION}" in runs
 
 
+def test_init_dockerfile_installs_a_wheel_in_dist_by_its_path(tmp_path: Path) -> None:
+    """A wheel of the version in dist/ is installed by path (no index can offer another), and
+    only without one is the release fetched by name. The image's RUN script runs here, with a
+    pip that records what it is asked."""
+    import subprocess
+
+    source = deploy.FromPackage("1.2.3")
+    stages = parse(deploy.dockerfile(source, "x:dev"))
+    script = next(r.args for r in stages[-1].all("RUN") if "pip install" in r.args)
+    dist, bin_dir = tmp_path / "dist", tmp_path / "bin"
+    dist.mkdir(), bin_dir.mkdir()
+    (bin_dir / "pip").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/pip.log\n')
+    (bin_dir / "pip").chmod(0o755)
+
+    def install() -> str:
+        (tmp_path / "pip.log").unlink(missing_ok=True)
+        dist.mkdir(exist_ok=True)
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HELM_OPERATOR_VERSION": "1.2.3"}
+        subprocess.run(["sh", "-c", script.replace("/tmp/dist", str(dist))], env=env, check=True)
+        return (tmp_path / "pip.log").read_text().strip()
+
+    (dist / "helm_operator-1.2.3-py3-none-any.whl").write_bytes(b"")
+    (dist / "helm_operator-1.2.2-py3-none-any.whl").write_bytes(b"")
+    assert install() == f"install --no-cache-dir {dist}/helm_operator-1.2.3-py3-none-any.whl"
+    assert not dist.exists()  # removed after the install
+    assert install() == "install --no-cache-dir helm-operator==1.2.3"  # no wheel of that version
+
+
 @pytest.mark.parametrize("rel", sorted(deploy.repository_files()))
 def test_committed_file_is_what_deploy_py_renders(rel: str) -> None:
     """Dockerfile, .dockerignore and config/ cannot drift from the renderer init uses."""

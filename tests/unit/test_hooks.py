@@ -295,3 +295,28 @@ def test_the_harness_names_scheduled_runs_and_actions_as_the_operator_does() -> 
     )
     backup_now = asyncio.run(Harness(_pg(), RESOURCE).run("action", name="backup-now"))
     assert backup_now.ok and backup_now.day2["backups"][0]["name"].startswith("db-backup-now-")
+
+
+def test_what_a_hook_reads_is_a_plain_read_only_dict() -> None:
+    import copy
+    import json
+
+    from helm_operator.hooks.context import frozen, thawed
+
+    spec = frozen({"backup": {"schedule": "0 2 * * *", "targets": [{"bucket": "b"}]}})
+    backup = spec["backup"]
+    assert isinstance(spec, dict) and isinstance(backup, dict)  # as users test it
+    assert json.loads(json.dumps(spec)) == {"backup": {"schedule": "0 2 * * *", "targets": [{"bucket": "b"}]}}
+    for change in (
+        lambda: backup.__setitem__("schedule", "x"),
+        lambda: backup.update(schedule="x"),
+        lambda: backup.pop("schedule"),
+        lambda: backup.setdefault("retention", "1d"),
+        lambda: backup.clear(),
+    ):
+        with pytest.raises(TypeError, match="read-only"):
+            change()
+    mine = copy.deepcopy(spec)
+    mine["backup"]["schedule"] = "5 * * * *"  # a copy is an ordinary dict
+    assert type(mine) is dict and spec["backup"]["schedule"] == "0 2 * * *"
+    assert thawed(spec)["backup"]["targets"] == [{"bucket": "b"}]
