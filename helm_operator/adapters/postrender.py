@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from helm_operator.core.lease import Gate, LeaseLost, open_gate
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_with_crds, violations
 from helm_operator.release.record import HOOK_ANNOTATION, ObjectId, manifest_ids_of
@@ -169,11 +170,16 @@ class Exchange:
     the FIFO ``code``, and prints ``out`` (or ``err``). The operator holds both FIFOs open from
     before helm starts until it ends, so neither side ever waits for the other to open, and an
     ended call (helm failed, timed out, or was stopped) leaves no process blocked on them.
+
+    Helm applies nothing before its post-render answers, so the answer asks ``gate`` first (with
+    leader election: does this replica still hold its lease?). A helm that was paused with the
+    operator and resumes with it gets a refusal, not its objects, and fails before any write.
     """
 
-    def __init__(self, root: Path, argv: Sequence[str]) -> None:
+    def __init__(self, root: Path, argv: Sequence[str], gate: Gate = open_gate) -> None:
         self.path = root / f"call-{uuid.uuid4().hex}"  # laid out only while the call is served
         self.argv = list(argv)
+        self._gate = gate
         self.verdict = ""  # what a refused render said (Helm 4 drops a post-renderer's stderr)
         self.objects: tuple[ObjectId, ...] | None = None  # what the manifest holds, once rendered
         self._in = self._code = -1
@@ -214,6 +220,10 @@ class Exchange:
             except Exception as exc:  # a bug must fail the render with a reason, never hang helm
                 code, out, err = 1, b"", f"helm-operator: post-renderer failed: {type(exc).__name__}: {exc}\n"
                 objects = ()
+            try:
+                self._gate("the answer to a post-render")  # as late as can be: helm applies next
+            except LeaseLost as exc:
+                code, out, err, objects = 1, b"", f"helm-operator: {exc}\n", ()
             self.objects = objects if code == 0 else None
             (self.path / "out").write_bytes(out)
             (self.path / "err").write_text(err, errors="backslashreplace")

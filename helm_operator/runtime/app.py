@@ -30,12 +30,13 @@ from kubernetes import client, config
 
 from helm_operator.adapters.apisession import bounded_session
 from helm_operator.adapters.discovery import Discovery
-from helm_operator.adapters.helm import Helm, HelmSettings
+from helm_operator.adapters.helm import Helm, HelmSettings, stop_all_processes
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch, resolve, selector_matches
+from helm_operator.core.lease import Gate, open_gate
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.dependents import Change, DependentWatches
@@ -43,6 +44,7 @@ from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
+from helm_operator.runtime.fence import Fence, FencedApiClient
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
 from helm_operator.runtime.leader import LeaderSettings, Leadership
 from helm_operator.runtime.probes import Probes, serve
@@ -118,7 +120,15 @@ class App:
         for handler in logging.getLogger().handlers:
             handler.addFilter(outage)
         self.kube_config = _kube_configuration(settings.kubeconfig)
-        self.kube = Kube(client.ApiClient(self.kube_config))
+        # With leader election every helm process and every API write passes the lease's gate.
+        self.fence: Fence | None = None
+        gate: Gate = open_gate
+        if settings.leader is not None:
+            lease = f"{settings.leader.namespace}/{settings.leader.name}"
+            self.fence = Fence(settings.leader.renew_deadline, lease=lease, stop_processes=stop_all_processes)
+            gate = self.fence.check
+        api = FencedApiClient(self.kube_config, gate) if self.fence else client.ApiClient(self.kube_config)
+        self.kube = Kube(api)
         self.discovery = Discovery(self.kube.api)
         base = Path(tempfile.gettempdir())
         _reap_workdirs(base)
@@ -130,7 +140,8 @@ class App:
                 max_processes=settings.max_helm_processes,
                 workdir=self.workdir,
                 chart_cache=settings.chart_cache,
-            )
+            ),
+            gate=gate,
         )
         self.reporter = Reporter(self.kube)
         # Helm 4 writes as field manager "helm"; Helm 3 as its executable's name.
@@ -165,8 +176,14 @@ class App:
         self.states = ReleaseStates()
         self.resyncs = Resyncs()
         self.leadership: Leadership | None = None
-        if settings.leader is not None:
-            self.leadership = Leadership(self.kube.api, settings.leader)
+        if settings.leader is not None and self.fence is not None:
+            # Its own client: the Lease is written before this replica leads, and past no gate.
+            self.leadership = Leadership(
+                client.ApiClient(self.kube_config),
+                settings.leader,
+                on_lost=self.fence.lost,
+                on_renewed=self.fence.renewed,
+            )
             self.probes.live_check("leader election", self._election_alive)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -338,6 +355,8 @@ class App:
                 serve(self.settings.probes_bind, self.probes)
             if self.leadership is not None and not self._wait_for_lease():
                 return 0
+            if self.fence is not None:
+                self.fence.arm()
             watches = self.resolve_watches()  # after the wait: a standby may wait for days
             LEADER.set(1)
             self.probes.lead()
@@ -352,6 +371,8 @@ class App:
                 standalone=True,
             )
         finally:
+            if self.fence is not None:
+                self.fence.disarm()  # before the lease is handed over: nothing acts after that
             if self.leadership is not None:
                 self.leadership.release()
             LEADER.set(0)

@@ -7,7 +7,10 @@ to the operator's own client configuration and gives it the two behaviours an op
   and only then starts kopf, the drift scheduler, the sweep and the day-2 schedules;
 * a leader that cannot renew stops at once (the process exits, its Deployment restarts it as a
   standby), while a leader shutting down on purpose hands the lease over so a standby takes over
-  in one retry period instead of a whole lease duration.
+  in one retry period instead of a whole lease duration;
+* each renewal that succeeded is reported with the time its attempt began (``on_renewed``): what
+  the fence (``fence.py``) measures the renew deadline from at every gate. The library's own
+  check of the deadline runs only in this thread, between attempts: after a pause it comes last.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+from helm_operator.runtime.fence import exit_now, lease_clock
 
 log = logging.getLogger(__name__)
 
@@ -114,17 +119,38 @@ class _Lock(LeaseLock):
         return False if self.released.is_set() else bool(super().update(name, namespace, updated_record))
 
 
+class _Election(leaderelection.LeaderElection):
+    """The library's election, telling ``on_renewed`` when each attempt that succeeded began: the
+    Lease's renewTime is that moment too, and a standby counts the lease duration from later."""
+
+    def __init__(self, config: Any, on_renewed: Callable[[float], None]) -> None:
+        super().__init__(config)
+        self._on_renewed = on_renewed
+
+    def try_acquire_or_renew(self) -> bool:
+        began = lease_clock()
+        held = bool(super().try_acquire_or_renew())
+        if held:
+            self._on_renewed(began)
+        return held
+
+
 class Leadership:
     """One candidate. ``on_lost`` runs (in the election thread) when a held lease could not be
-    renewed; the default ends the process, as a leader that may be superseded must not act on."""
+    renewed; the default ends the process, as a leader that may be superseded must not act on.
+    ``on_renewed`` is told when each renewal that succeeded began (on ``fence.lease_clock``)."""
 
     def __init__(
-        self, api: client.ApiClient, settings: LeaderSettings, on_lost: Callable[[], None] | None = None
+        self,
+        api: client.ApiClient,
+        settings: LeaderSettings,
+        on_lost: Callable[[], None] | None = None,
+        on_renewed: Callable[[float], None] | None = None,
     ) -> None:
         self.settings = settings
         self._lock = _Lock(api, settings)
         self._leading = threading.Event()
-        self._on_lost = on_lost or _exit_now
+        self._on_lost = on_lost or exit_now
         config = electionconfig.Config(
             self._lock,
             lease_duration=settings.lease_duration,
@@ -133,7 +159,7 @@ class Leadership:
             onstarted_leading=self._leading.set,
             onstopped_leading=self._stopped,
         )
-        self._election = leaderelection.LeaderElection(config)
+        self._election = _Election(config, on_renewed or (lambda began: None))
         self._thread = threading.Thread(target=self._election.run, name="leader-election", daemon=True)
         # The library logs every retry of a standby at INFO; our own lines say what matters.
         logging.getLogger("leaderelection").setLevel(logging.WARNING)
@@ -201,8 +227,3 @@ class Leadership:
                     break
         # Not fatal: the lease then expires on its own after the lease duration.
         log.warning("leader election: could not release Lease %s/%s", s.namespace, s.name)
-
-
-def _exit_now() -> None:
-    logging.shutdown()
-    os._exit(1)

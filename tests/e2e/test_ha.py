@@ -1,26 +1,40 @@
 """Two replicas with leader election on the real control plane: exactly one acts, the other takes
-over when the leader dies (within the lease duration) or hands over at once when it stops."""
+over when the leader dies (within the lease duration) or hands over at once when it stops, and a
+leader that was frozen while the other took over does nothing once it resumes."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
+import re
 import signal
+import subprocess
 import time
 from pathlib import Path
+
+import yaml
 
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
-from .conftest import Helm, releases, tiny
+from .conftest import TINY_WATCH, Helm, releases, tiny
 from .operator import OperatorProcess, Resources, eventually, free_port, probe
 
 TINIES = "tinies.test.helm-operator.io"
 LEASE, RENEW, RETRY = 6, 4, 1  # seconds: short, so the test waits little
 
 
-def replica(cluster: DevCluster, tools: Toolchain, workdir: Path, watches: Path, ns: str) -> OperatorProcess:
-    workdir.mkdir()
+def replica(
+    cluster: DevCluster,
+    tools: Toolchain,
+    workdir: Path,
+    watches: Path,
+    ns: str,
+    kubeconfig: Path | None = None,
+) -> OperatorProcess:
+    workdir.mkdir(exist_ok=True)
     port = free_port()
     op = OperatorProcess(
         cluster,
@@ -28,6 +42,7 @@ def replica(cluster: DevCluster, tools: Toolchain, workdir: Path, watches: Path,
         workdir,
         watches,
         [ns],
+        kubeconfig=kubeconfig,
         extra_args=[
             *("--retry-base", "1", "--retry-cap", "4"),
             "--leader-elect",
@@ -120,3 +135,161 @@ def test_one_leader_acts_and_a_standby_takes_over(
     finally:
         a.stop()
         b.stop()
+
+
+class Recorder:
+    """``kubectl proxy`` between one operator and the API server, logging each request as it
+    arrives (method and path): everything that operator and its helm processes send, and when."""
+
+    def __init__(self, cluster: DevCluster, tools: Toolchain, workdir: Path) -> None:
+        workdir.mkdir(exist_ok=True)
+        self.log_path = workdir / "proxy.log"
+        self.proc = subprocess.Popen(
+            [str(tools.kubectl), "proxy", "--port=0", "-v=6", "--kubeconfig", str(cluster.kubeconfig)],
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        found = eventually(
+            lambda: re.search(r"Starting to serve on 127\.0\.0\.1:(\d+)", self.log_path.read_text()),
+            30,
+            "kubectl proxy",
+        )
+        self.kubeconfig = workdir / "kubeconfig"
+        server = f"http://127.0.0.1:{found.group(1)}"
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "proxy", "cluster": {"server": server}}],
+                    "users": [{"name": "proxy", "user": {}}],
+                    "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "proxy"}}],
+                    "current-context": "proxy",
+                }
+            )
+        )
+
+    def mark(self) -> int:
+        return self.log_path.stat().st_size
+
+    def writes(self, since: int) -> list[str]:
+        """The requests that change something (not GET), received after ``since``."""
+        with self.log_path.open("rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        return re.findall(r"Filter accepting ((?:POST|PUT|PATCH|DELETE) \S+)", text)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def history(helm: Helm, namespace: str, name: str) -> list[dict[str, object]]:
+    out = helm("history", name, "-n", namespace, "-o", "json").stdout
+    return list(json.loads(out))
+
+
+WAVE = 10  # resources upgraded in the wave the leader is frozen in
+SLOTS = 4  # upgrades at once: the operator's default number of helm processes
+
+
+def test_a_frozen_leader_does_nothing_once_it_resumes(
+    cluster: DevCluster, crds: None, tools: Toolchain, solo_namespace: str, tmp_path: Path
+) -> None:
+    """SIGSTOP the leader's process group (its helm processes with it, as a frozen Pod's cgroup)
+    mid-wave; the standby takes over and finishes the wave; SIGCONT: the old leader starts no
+    helm process, sends no write (its every request goes through a recording proxy), and every
+    release keeps one consistent history."""
+    namespace = solo_namespace
+    res = Resources(cluster, namespace)
+    helm = Helm(tools.helm, cluster, tmp_path / "client")
+    # Upgrades in parallel, each allowed to wait long enough to outlast the freeze.
+    watches = tmp_path / "watches.yaml"
+    watches.write_text(yaml.safe_dump([{**TINY_WATCH, "maxConcurrentReconciles": SLOTS, "timeout": "180s"}]))
+    recorder = Recorder(cluster, tools, tmp_path / "a")
+    a = replica(cluster, tools, tmp_path / "a", watches, namespace, kubeconfig=recorder.kubeconfig)
+    b = replica(cluster, tools, tmp_path / "b", watches, namespace)
+    names = [f"w{i}" for i in range(WAVE)]
+    node = cluster.kubectl("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout.strip()
+    wave = f"go-{os.urandom(3).hex()}"  # the label value the wave's Pods need: on no node yet
+    frozen = False
+    try:
+        a.start()
+        eventually(lambda: role(a) == "leader", 30, "a leads")
+        b.start()
+        eventually(lambda: role(b) == "standby", 30, "b stands by")
+        for name in names:
+            res.apply(tiny(name, message="one"))
+        for name in names:
+            res.wait_condition(TINIES, name, "Ready")
+
+        # The wave: each upgrade waits (helm --wait) for Pods that no node can take yet.
+        for name in names:
+            res.apply(tiny(name, message="two", nodeSelector={"ha-wave": wave}))
+
+        def waiting() -> bool:
+            found = releases(helm, namespace).values()
+            return bool(sum(r["status"] == "pending-upgrade" for r in found) == SLOTS)
+
+        eventually(waiting, 60, f"{SLOTS} upgrades waiting for their Pods", interval=0.2)
+        assert a.proc is not None
+        os.killpg(a.proc.pid, signal.SIGSTOP)  # the operator and its helm processes, as a frozen Pod
+        frozen = True
+        stopped = time.monotonic()
+        cluster.kubectl("label", "node", node, f"ha-wave={wave}")  # the Pods can run now
+
+        eventually(lambda: role(b) == "leader", LEASE + 20, "b takes over", interval=0.2)
+        took = time.monotonic() - stopped
+        for name in names:
+            res.wait_condition(TINIES, name, "Ready", timeout=180)
+
+        def settled() -> bool:  # b is done: every release deployed, and no helm process for a while
+            calls = len(b.helm_calls())
+            time.sleep(3)
+            statuses = {r["status"] for r in releases(helm, namespace).values()}
+            return statuses == {"deployed"} and len(b.helm_calls()) == calls
+
+        eventually(settled, 60, "b is done with the wave", interval=0)
+        finished = time.monotonic() - stopped
+
+        calls, mark = len(a.helm_calls()), recorder.mark()
+        os.killpg(a.proc.pid, signal.SIGCONT)
+        frozen = False
+        resumed = time.monotonic()
+        eventually(lambda: a.proc is not None and a.proc.poll() is not None, 30, "a exits", interval=0.05)
+        exited = time.monotonic() - resumed
+        time.sleep(3)  # a helm process that escaped would have written by now
+
+        started_after = a.helm_calls()[calls:]
+        writes_after = recorder.writes(mark)
+        histories = {name: history(helm, namespace, name) for name in names}
+        print(
+            f"b took over {took:.1f}s after SIGSTOP and finished the wave {finished:.1f}s after it;",
+            f"a exited {exited:.2f}s after SIGCONT, having started {len(started_after)} helm",
+            f"process(es) and sent {len(writes_after)} write(s) since;",
+            "histories:",
+            {n: [f"{r['revision']}:{r['status']}" for r in h] for n, h in histories.items()},
+        )
+        assert started_after == [], started_after
+        assert writes_after == [], writes_after
+        assert "this replica may have been superseded" in a.log(), a.log()[-3000:]
+        assert a.stop() == 1  # exits as a leader that cannot renew: its Pod restarts as a standby
+
+        for name, revisions in histories.items():
+            deployed = [r["revision"] for r in revisions if r["status"] == "deployed"]
+            assert deployed == [revisions[-1]["revision"]], revisions  # one, the latest
+            assert not [r for r in revisions if "ollback" in str(r["description"])], revisions
+            status = (res.get(TINIES, name) or {})["status"]
+            assert status["release"]["revision"] == deployed[0], (name, status["release"], revisions)
+            assert status["observedGeneration"] == (res.get(TINIES, name) or {})["metadata"]["generation"]
+    finally:
+        if a.proc is not None:
+            group = a.proc.pid
+            if frozen:
+                os.killpg(group, signal.SIGCONT)
+            a.stop(signal.SIGKILL, group=True)
+            with contextlib.suppress(ProcessLookupError):  # helm processes it left behind
+                os.killpg(group, signal.SIGKILL)
+        b.stop()
+        recorder.stop()
+        cluster.kubectl("label", "node", node, "ha-wave-", check=False)

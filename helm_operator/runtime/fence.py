@@ -1,0 +1,156 @@
+"""Acting only while the lease is held: the gate of every helm process and every API write.
+
+The election thread records each renewal that succeeded (:class:`~helm_operator.core.lease.
+LeaseTerm`); every gate — a helm process about to start, its post-render about to be answered, a
+write about to be sent to the API server — calls :meth:`Fence.check`, which reads the clock itself.
+After a pause (a frozen Pod, a stopped process, a starved node) the threads and the event loop
+resume in any order: a flag the election thread clears later would still say "leading" to
+whichever runs first, and the clock does not. A watcher thread makes the same check ten times a
+second, so a lapse is acted on even when no gate is reached (a helm process waiting for its
+objects to be ready).
+
+On a lapse the fence, once: SIGKILLs every process the operator started (a helm that completes
+now writes as a leader that no longer is one; SIGTERM would let it write too, as it marks its
+release failed), says why, and ends the process as a leader that cannot renew does (its Pod
+restarts as a standby). A release left ``pending-*`` by the kill is what the new leader unlocks.
+Any other gate reached meanwhile waits for that end: it neither acts nor returns to a caller that
+would write about the refusal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from helm_operator.core.lease import Gate, LeaseLost, LeaseTerm
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL = 0.1  # seconds between the watcher's checks (a paused process checks on resume)
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def lease_clock() -> float:
+    """A monotonic clock that also counts time the machine was suspended (CLOCK_BOOTTIME): a
+    suspended node is a pause like any other."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
+def exit_now() -> None:
+    """End the process at once: no cleanup that could act, the Pod restarts it as a standby."""
+    logging.shutdown()
+    os._exit(1)
+
+
+class Fence:
+    """The lease term, the gates that ask it, and what a lapse does."""
+
+    def __init__(
+        self,
+        deadline: float,
+        *,
+        lease: str,
+        stop_processes: Callable[[], int],
+        exit: Callable[[], None] = exit_now,
+        clock: Callable[[], float] = lease_clock,
+        interval: float = WATCH_INTERVAL,
+    ) -> None:
+        self.lease = lease  # "namespace/name", for messages
+        self._term = LeaseTerm(float(deadline))
+        self._stop_processes = stop_processes
+        self._exit = exit
+        self._clock = clock
+        self._interval = interval
+        self._lock = threading.Lock()  # guards the term
+        self._lapsing = threading.Lock()  # held by the one caller that handles a lapse
+        self._armed = False
+        self._handled = False
+        self._stopped = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def renewed(self, began: float) -> None:
+        """A renewal (or the acquisition) that began at ``began`` on :func:`lease_clock` succeeded."""
+        with self._lock:
+            self._term = self._term.renewal(began)
+
+    def arm(self) -> None:
+        """This replica leads: from now on a lapse stops it (and the watcher looks for one)."""
+        self._armed = True
+        self._watcher = threading.Thread(target=self._watch, name="lease-fence", daemon=True)
+        self._watcher.start()
+
+    def disarm(self) -> None:
+        """A deliberate shutdown hands the lease over: every gate refuses from now on, and nothing
+        is killed (the actions in flight have ended)."""
+        self._stopped.set()
+        with self._lock:
+            self._armed = False
+            self._term = LeaseTerm(self._term.deadline, self._term.renewed_at, lapsed=True)
+
+    def check(self, what: str) -> None:
+        """The gate: returns if this replica may do ``what`` now."""
+        with self._lock:
+            now = self._clock()
+            self._term = term = self._term.at(now)
+            armed = self._armed
+        if term.valid(now):
+            return
+        if armed:
+            self._lapse(what, term.age(now))
+        raise LeaseLost(f"refused {what}: this replica does not hold Lease {self.lease}")
+
+    def lost(self) -> None:
+        """The election gave the lease up (it could not renew within the renew deadline)."""
+        with self._lock:
+            self._term = LeaseTerm(self._term.deadline, self._term.renewed_at, lapsed=True)
+            age = self._term.age(self._clock())
+        self._lapse("anything more (the lease could not be renewed)", age)
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self.check("anything more")
+            except LeaseLost:
+                return
+
+    def _lapse(self, what: str, age: float | None) -> None:
+        with self._lapsing:  # the first caller acts and ends the process; the others wait here
+            if self._handled:
+                return
+            self._handled = True
+            killed = self._stop_processes()  # first: a helm that resumed must not get further
+            since = f"{age:.1f}s ago" if age is not None else "never"
+            log.error(
+                "leader election: Lease %s last renewed %s (renew deadline %gs): this replica may "
+                "have been superseded; refused %s, killed the %d process(es) it started (helm and "
+                "its shells), exiting so that only the new leader acts",
+                self.lease,
+                since,
+                self._term.deadline,
+                what,
+                killed,
+            )
+            self._exit()
+
+
+class FencedApiClient(client.ApiClient):
+    """The kubernetes client of every adapter: a request that writes (status, Events, drift
+    corrections, hook objects, Helm's storage unlocked, finalizers…) passes the gate first, as
+    late as it can be checked; reads never wait for it."""
+
+    def __init__(self, configuration: client.Configuration, gate: Gate) -> None:
+        super().__init__(configuration)
+        self._gate = gate
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if str(method).upper() not in _READS:
+            self._gate(f"{method} {urllib.parse.urlsplit(url).path}")
+        return super().call_api(method, url, *args, **kwargs)

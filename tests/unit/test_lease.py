@@ -1,0 +1,245 @@
+"""The lease's gate: a leader acts only within the renew deadline of its last renewal, measured by
+the clock at the gate, and a lapse (a pause, or renewals that fail) is acted on once and for good."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from urllib3.exceptions import HTTPError
+
+from helm_operator.adapters.helm import Helm, HelmSettings
+from helm_operator.adapters.postrender import NAME, Exchange, argv_for, flags_for, install
+from helm_operator.core.lease import LeaseLost, LeaseTerm
+from helm_operator.core.tenancy import NOT_ENFORCED
+from helm_operator.runtime.fence import Fence, FencedApiClient
+
+DEADLINE = 4.0
+
+
+def test_a_term_is_valid_within_the_deadline_of_the_last_renewal_it_began() -> None:
+    term = LeaseTerm(DEADLINE)
+    assert not term.valid(0.0)  # never held
+    term = term.renewal(10.0)
+    assert term.valid(10.0) and term.valid(13.9) and not term.valid(14.0)
+    term = term.renewal(12.0)  # renewals every retry period keep it valid
+    assert term.valid(15.9) and not term.valid(16.0)
+    assert term.renewal(11.0).renewed_at == 12.0  # a late report of an older renewal changes nothing
+    assert term.age(15.0) == 3.0
+
+
+def test_a_term_that_ran_out_is_never_valid_again() -> None:
+    term = LeaseTerm(DEADLINE).renewal(10.0)
+    # A pause: the next renewal began after the deadline. It succeeded (nobody took the lease
+    # meanwhile, or somebody took it and handed it back): acting on now would be acting on what
+    # was believed before the pause.
+    resumed = term.renewal(30.0)
+    assert resumed.lapsed and not resumed.valid(30.0)
+    assert not resumed.renewal(31.0).valid(31.0)
+    # A gate that finds it run out latches it, whatever the election thread reports after.
+    seen = term.at(14.5)
+    assert seen.lapsed and not seen.renewal(14.6).valid(14.6)
+    assert term.at(13.0) is term  # within the deadline: unchanged
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Lapses:
+    """What a lapse did (in place of killing processes and ending the test process)."""
+
+    def __init__(self) -> None:
+        self.kills = 0
+        self.exits = 0
+
+    def stop(self) -> int:
+        self.kills += 1
+        return 3
+
+    def exit(self) -> None:
+        self.exits += 1
+
+
+def fence(clock: Clock, lapses: Lapses, interval: float = 3600.0) -> Fence:
+    f = Fence(
+        DEADLINE, lease="ns/l", stop_processes=lapses.stop, exit=lapses.exit, clock=clock, interval=interval
+    )
+    f.renewed(clock.now)
+    f.arm()
+    return f
+
+
+def test_a_gate_after_a_pause_kills_the_processes_and_exits_once(caplog: pytest.LogCaptureFixture) -> None:
+    clock, lapses = Clock(), Lapses()
+    f = fence(clock, lapses)
+    f.check("helm upgrade")  # held: passes
+    clock.now += 1.0
+    f.renewed(clock.now)
+    clock.now += 3.5
+    f.check("helm upgrade")  # 3.5 s after the last renewal began: still within the deadline
+    assert lapses.kills == lapses.exits == 0
+
+    clock.now += 20.0  # the process was frozen; the election thread has not run since
+    with pytest.raises(LeaseLost, match="refused helm upgrade: this replica does not hold Lease ns/l"):
+        f.check("helm upgrade")
+    assert (lapses.kills, lapses.exits) == (1, 1)
+    assert "last renewed 23.5s ago (renew deadline 4s)" in caplog.text
+    assert "refused helm upgrade, killed the 3 process(es)" in caplog.text
+
+    # The election thread resumes and renews (nobody took the lease): still refused, not redone.
+    f.renewed(clock.now)
+    with pytest.raises(LeaseLost):
+        f.check("PATCH /apis/x/v1/namespaces/ns/xs/a/status")
+    assert (lapses.kills, lapses.exits) == (1, 1)
+
+
+def test_the_watcher_acts_on_a_lapse_when_no_gate_is_reached() -> None:
+    clock, lapses = Clock(), Lapses()
+    fence(clock, lapses, interval=0.01)
+    time.sleep(0.1)
+    assert lapses.exits == 0  # the clock has not moved: still held
+    clock.now += DEADLINE
+    deadline = time.monotonic() + 5
+    while lapses.exits == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (lapses.kills, lapses.exits) == (1, 1)
+
+
+def test_the_elections_loss_is_a_lapse_and_a_deliberate_stop_is_not() -> None:
+    clock, lapses = Clock(), Lapses()
+    fence(clock, lapses).lost()
+    assert (lapses.kills, lapses.exits) == (1, 1)
+
+    lapses = Lapses()
+    f = fence(clock, lapses)
+    f.disarm()  # shutting down on purpose: the lease is about to be handed over
+    with pytest.raises(LeaseLost):
+        f.check("helm upgrade")
+    assert (lapses.kills, lapses.exits) == (0, 0)
+
+    standby = Fence(DEADLINE, lease="ns/l", stop_processes=lapses.stop, exit=lapses.exit, clock=clock)
+    with pytest.raises(LeaseLost):  # never held: refused, and nothing to stop
+        standby.check("helm upgrade")
+    assert (lapses.kills, lapses.exits) == (0, 0)
+
+
+def test_gates_that_meet_a_lapse_together_wait_for_the_one_that_handles_it() -> None:
+    clock, lapses = Clock(), Lapses()
+    release = threading.Event()
+
+    def slow_stop() -> int:
+        release.wait(5)
+        return lapses.stop()
+
+    f = Fence(DEADLINE, lease="ns/l", stop_processes=slow_stop, exit=lapses.exit, clock=clock, interval=3600)
+    f.renewed(clock.now)
+    f.arm()
+    clock.now += 10
+    outcomes: list[str] = []
+
+    def gate() -> None:
+        try:
+            f.check("a write")
+        except LeaseLost:
+            outcomes.append(f"refused after {lapses.exits} exit(s)")
+
+    threads = [threading.Thread(target=gate) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.1)
+    assert outcomes == []  # none returns while the processes are being stopped
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert outcomes == ["refused after 1 exit(s)"] * 3 and lapses.kills == 1
+
+
+def test_api_writes_pass_the_gate_and_reads_do_not() -> None:
+    refused: list[str] = []
+
+    def gate(what: str) -> None:
+        refused.append(what)
+        raise LeaseLost(what)
+
+    cfg = client.Configuration(host="http://127.0.0.1:9")  # nothing listens: a request fails there
+    cfg.retries = False
+    api = client.CoreV1Api(FencedApiClient(cfg, gate))
+    with pytest.raises(LeaseLost):
+        api.patch_namespaced_config_map("a", "ns", {"data": {}})
+    assert refused == ["PATCH /api/v1/namespaces/ns/configmaps/a"]
+    with pytest.raises(HTTPError):  # reached the network: a read is never gated
+        api.read_namespaced_config_map("a", "ns", _request_timeout=2)
+    assert len(refused) == 1
+
+
+def test_no_helm_process_starts_past_a_refusing_gate(tmp_path: Path) -> None:
+    def gate(what: str) -> None:
+        raise LeaseLost(f"refused {what}")
+
+    helm = Helm(HelmSettings(executable="/bin/true", chart_cache=tmp_path / "charts"), gate=gate)
+    with pytest.raises(LeaseLost, match="refused helm uninstall"):
+        asyncio.run(helm.uninstall("a", "ns", timeout=10, wait=False))
+    with pytest.raises(LeaseLost, match="refused helm rollback"):
+        asyncio.run(helm.rollback("a", "ns", None, timeout=10, wait=False, history_max=3))
+    assert helm.invocations == 0
+
+
+def test_a_post_render_answered_past_a_refusing_gate_fails_helm_before_it_applies(tmp_path: Path) -> None:
+    install(tmp_path)
+    script = tmp_path / "bin" / NAME
+
+    def gate(what: str) -> None:
+        raise LeaseLost(f"refused {what}: this replica does not hold Lease ns/l")
+
+    async def served() -> tuple[subprocess.CompletedProcess[bytes], Exchange]:
+        exchange = Exchange(tmp_path / "calls", argv_for("o", None, "ns", None, NOT_ENFORCED), gate=gate)
+        doc = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})
+        async with exchange.serving():
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [str(script), *flags_for(exchange.argv, exchange)[3::2]],
+                input=doc.encode(),
+                capture_output=True,
+                timeout=10,
+            )
+        return done, exchange
+
+    done, exchange = asyncio.run(served())
+    assert done.returncode == 1 and done.stdout == b""
+    assert b"refused the answer to a post-render: this replica does not hold Lease" in done.stderr
+    assert exchange.objects is None
+
+
+# A process that starts a shell which starts a sleep (pyhelm3 runs helm through ``sh -c``, and
+# dash does not exec the last command), then stops everything it started.
+_TREE = """
+import json, subprocess, sys, time
+from helm_operator.adapters.helm import stop_all_processes
+shell = subprocess.Popen(["sh", "-c", "sleep 60; echo never"])
+time.sleep(0.3)
+grandchild = int(subprocess.run(["pgrep", "-P", str(shell.pid)], capture_output=True, text=True).stdout)
+print(json.dumps({"killed": stop_all_processes(), "pids": [shell.pid, grandchild]}), flush=True)
+shell.wait()
+"""
+
+
+def test_stopping_kills_every_process_the_operator_started_grandchildren_included() -> None:
+    out = subprocess.run([sys.executable, "-c", _TREE], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert found["killed"] == 2
+    for pid in found["pids"]:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
