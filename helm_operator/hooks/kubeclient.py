@@ -9,6 +9,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import Kube
+from helm_operator.hooks.builtin import jobs
 
 
 class AsyncKube:
@@ -69,6 +70,8 @@ class AsyncKube:
         return created
 
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if obj.get("kind") in jobs.RUNS_CONTAINERS:  # a hand-built Job too: no script made of values
+            jobs.check(obj)
         return await asyncio.to_thread(self._create, obj)
 
     def _patch(

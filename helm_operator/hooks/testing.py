@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from helm_operator.hooks.builtin import jobs
 from helm_operator.hooks.context import Context, Day2Status, Release, frozen, lookup, thawed
 from helm_operator.hooks.errors import InvalidSpec
 from helm_operator.hooks.registry import Hook, Hooks, Stage
@@ -116,6 +117,8 @@ class FakeKube:
         key = _key(obj)
         self.operations.append(("create", key[1], key[3]))
         check_name(obj)
+        if obj.get("kind") in jobs.RUNS_CONTAINERS:  # as the operator's client: no script made of values
+            jobs.check(obj)
         if key not in self.objects:
             stored = thawed(obj)
             if self.on_create is not None:

@@ -549,3 +549,40 @@ def test_a_prune_job_is_named_validly_whatever_the_records_are_called() -> None:
     assert out.ok, out.result
     prune = [n for k, n in out.created if k == "Job" and n.startswith("db-prune-")]
     assert len(prune) == 1 and len(prune[0]) == len("db-prune-") + 12, prune
+
+
+def test_a_hand_built_job_with_a_script_made_of_values_is_refused_by_ctx_kube() -> None:
+    """Not only the builtins: whatever a hook creates through ctx.kube (the operator's client and
+    the harness alike) is checked, Jobs, CronJobs and Pods."""
+    import asyncio
+
+    from helm_operator.hooks import Hooks
+    from helm_operator.hooks.builtin.jobs import ScriptError
+    from helm_operator.hooks.testing import Harness
+
+    hooks = Hooks()
+    bucket = "bkt$(id>/tmp/x)"
+    script = f"aws s3 rm s3://{bucket}/old"  # the class of bug: a value formatted into shell text
+    container = {"name": "prune", "image": "aws", "command": ["sh", "-c", script]}
+    made = {
+        "Job": {"spec": {"template": {"spec": {"containers": [container]}}}},
+        "CronJob": {"spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [container]}}}}}},
+        "Pod": {"spec": {"containers": [container]}},
+    }
+
+    @hooks.action("prune")
+    async def prune(ctx: Any) -> None:
+        api = "v1" if ctx.argument == "Pod" else "batch/v1"
+        meta = {"name": "by-hand", "namespace": ctx.namespace}
+        await ctx.kube.create(
+            {"apiVersion": api, "kind": ctx.argument, "metadata": meta, **made[ctx.argument]}
+        )
+
+    resource = {"apiVersion": "x.example.com/v1", "kind": "X", "metadata": {"name": "x", "namespace": "n"}}
+    for kind in made:
+        out = asyncio.run(Harness(hooks, resource).run("action", name="prune", argument=kind))
+        assert not out.ok and "is not a declared Script" in out.result.message, (kind, out.result)
+    with pytest.raises(ScriptError):  # the operator's own client checks before it sends anything
+        from helm_operator.hooks.kubeclient import AsyncKube
+
+        asyncio.run(AsyncKube(None).create({"kind": "Job", "metadata": {"name": "j"}, **made["Job"]}))  # type: ignore[arg-type]

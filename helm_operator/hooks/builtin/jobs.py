@@ -231,10 +231,17 @@ def shell(
     return _container(name, image, [script.shell, "-ec", script.text, name, *args], env, mounts)
 
 
-def _containers(job: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+def _containers(obj: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    """The containers of a Job, a CronJob's Job or a Pod."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "CronJob":
+        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    pod = spec if obj.get("kind") == "Pod" else (spec.get("template") or {}).get("spec") or {}
     yield from pod.get("initContainers") or ()
     yield from pod.get("containers") or ()
+
+
+RUNS_CONTAINERS = frozenset({"Job", "CronJob", "Pod"})  # what ctx.kube.create checks with check()
 
 
 def check(job: Mapping[str, Any]) -> None:

@@ -1,0 +1,32 @@
+"""The README's hook examples work as written: a hook author starts from them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from helm_operator.hooks.loader import load
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def python_blocks(after: str) -> list[str]:
+    text = (REPO / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text[text.index(after) :], flags=re.S)
+
+
+def test_the_hook_module_example_loads_with_every_hook_kind(tmp_path: Path) -> None:
+    (tmp_path / "example.py").write_text(python_blocks("### Day-2 hooks")[0])
+    hooks = load("example.py", tmp_path)
+    kinds = sorted({h.kind for h in hooks.hooks})
+    assert kinds == ["action", "before", "schedule", "validate", "values", "watch"]
+    assert [h.uses for h in hooks.of("action")] == [("spec.backup",)]
+
+
+def test_the_harness_example_runs_as_written() -> None:
+    code = python_blocks("Test a hook without a cluster")[0]
+    namespace: dict[str, object] = {"__file__": str(REPO / "test_example.py"), "__name__": "example"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    test = namespace["test_failed_final_backup_blocks_uninstall"]
+    assert callable(test)
+    test()
