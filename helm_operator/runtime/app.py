@@ -30,7 +30,7 @@ from kubernetes import client, config
 
 from helm_operator.adapters.apisession import bounded_session
 from helm_operator.adapters.discovery import Discovery
-from helm_operator.adapters.helm import Helm, HelmSettings, stop_all_processes
+from helm_operator.adapters.helm import Helm, HelmSettings
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.release_index import ReleaseIndex
@@ -114,6 +114,9 @@ def _reap_workdirs(base: Path) -> None:
 class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # Set on SIGTERM/SIGINT once the operator has started (an asyncio.Event binds to kopf's
+        # loop when kopf first waits on it; a threading.Event would hold an executor thread).
+        self._stop = asyncio.Event()
         # The kubernetes client's urllib3 logs every connection retry; our adapters say it once.
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         outage = OutageLogFilter()
@@ -125,7 +128,7 @@ class App:
         gate: Gate = open_gate
         if settings.leader is not None:
             lease = f"{settings.leader.namespace}/{settings.leader.name}"
-            self.fence = Fence(settings.leader.renew_deadline, lease=lease, stop_processes=stop_all_processes)
+            self.fence = Fence(settings.leader.renew_deadline, lease=lease, watchdog=True)
             gate = self.fence.check
         api = FencedApiClient(self.kube_config, gate) if self.fence else client.ApiClient(self.kube_config)
         self.kube = Kube(api)
@@ -229,6 +232,15 @@ class App:
                 info = kopf.login_with_service_account(**kwargs)
             return bounded_session(info) if info is not None else None
 
+        def stopping(signum: signal.Signals) -> None:
+            """SIGTERM/SIGINT: from this moment no new Helm action and no day-2 run, action or
+            watch hook starts (those in flight finish); then kopf stops as on its own signal."""
+            log.info("%s received: stopping; nothing new starts, what runs finishes", signum.name)
+            runtime.draining = True
+            if runtime.day2 is not None:
+                runtime.day2.drain()
+            self._stop.set()
+
         @kopf.on.startup(registry=registry)
         async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             configure(settings)
@@ -250,6 +262,10 @@ class App:
             except Exception as exc:  # readiness then only waits for the caches; nothing else depends on it
                 log.warning("could not list the watched resources for readiness: %s", exc)
                 self.probes.expect(())
+            # kopf installs its signal handlers just after its startup activities begin; ours,
+            # installed once they are done, replace them and stop kopf through its stop flag.
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.call_soon(loop.add_signal_handler, signum, stopping, signum)
 
         @kopf.on.cleanup(registry=registry)
         async def _cleanup(**_: Any) -> None:
@@ -369,6 +385,7 @@ class App:
                 clusterwide=not self.settings.namespaces,
                 namespaces=list(self.settings.namespaces),
                 standalone=True,
+                stop_flag=self._stop,
             )
         finally:
             if self.fence is not None:

@@ -4,7 +4,11 @@ that a hook holds waits quietly and lets go at once when overridden (tests/e2e/h
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
+
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
 
 from .conftest import custom
 from .operator import OperatorProcess, Resources, eventually
@@ -134,3 +138,45 @@ def test_a_scheduled_run_records_when_it_started_not_its_last_look(
     assert last["phase"] == "Succeeded" and day2(res, "slow")["attempt"] == [last["name"], 3], last
     took = parse_rfc3339(last["completionTime"]) - parse_rfc3339(last["startTime"])
     assert took >= 5, last  # two retries 3 s apart: the run began before its last attempt
+
+
+def test_no_scheduled_run_starts_once_the_operator_is_told_to_stop(
+    cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, tmp_path: Path
+) -> None:
+    """SIGTERM while a Helm action runs (the operator lets it finish, which can take minutes):
+    from that moment no scheduled run starts. Before, schedules went on until the very end."""
+    import datetime as dt
+    import os
+    import signal
+
+    from helm_operator.core.conditions import parse_rfc3339
+
+    from .conftest import tiny
+
+    ns = f"s-drain-{os.urandom(2).hex()}"
+    cluster.kubectl("create", "namespace", ns)
+    op = OperatorProcess(cluster, tools.helm, tmp_path, e2e_watches, [ns])
+    op.start()
+    res = Resources(cluster, ns)
+    try:
+        res.apply(hooked("ticking", backup={"every": 10}))
+
+        def schedule() -> dict[str, Any]:
+            return dict((day2(res, "ticking").get("schedules") or {}).get("tick") or {})
+
+        eventually(lambda: schedule().get("lastRun"), timeout=60, what="a first run")
+        # An install that waits (its Pods can never schedule) until the watch's 60 s timeout.
+        res.apply(tiny("stuck", nodeSelector={"example.com/no-such-node": "true"}))
+        eventually(lambda: any(c.startswith("upgrade stuck ") for c in op.helm_calls()), what="helm runs")
+        stopped_at = time.time()
+        assert op.proc is not None
+        op.proc.send_signal(signal.SIGTERM)
+        time.sleep(15)  # past the next slot, while the operator waits for helm
+        assert op.proc.poll() is None, "the operator lets the running helm action finish"
+        last = schedule().get("lastScheduleTime")
+        when = dt.datetime.fromtimestamp(stopped_at, dt.UTC)
+        assert last and parse_rfc3339(last) < stopped_at, (last, when)
+        assert "SIGTERM received: stopping" in op.log()
+    finally:
+        op.stop(timeout=120)
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
