@@ -104,23 +104,6 @@ class Kube:
         )
         return _body(result)
 
-    def dry_run_write(self, doc: Mapping[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The object as the API server would store it with ``doc``'s spec (create, or replace of
-        ``live`` keeping its metadata and taking ``doc``'s labels and annotations), validated and
-        defaulted by the server; nothing is stored (``dryRun=All``)."""
-        res = self.resource(str(doc["apiVersion"]), str(doc["kind"]))
-        body = {k: v for k, v in doc.items() if k != "status"}
-        meta = dict(doc.get("metadata") or {})
-        ns = meta.get("namespace") if res.namespaced else None
-        if live is None:
-            body["metadata"] = meta
-            return _body(res.create(body=body, namespace=ns, dry_run="All", serialize=False))
-        have = dict(live.get("metadata") or {})
-        for key in ("labels", "annotations"):
-            have[key] = {**(have.get(key) or {}), **(meta.get(key) or {})}
-        body["metadata"] = have
-        return _body(res.replace(body=body, name=meta["name"], namespace=ns, dry_run="All", serialize=False))
-
     def get_custom(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
         group, _, version = ref.api_version.rpartition("/")
         api = client.CustomObjectsApi(self.api)

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from helm_operator import __version__
-from helm_operator.cli.common import EXIT_CONFIG
-from helm_operator.cli.common import Refused as _Refused
-from helm_operator.cli.common import build_app as _app
+from helm_operator.cli.common import EXIT_CONFIG, Refused, build_app
 from helm_operator.config.watches import WatchesError
 
 
@@ -29,7 +27,7 @@ def _serving(args: argparse.Namespace) -> dict[str, Any]:
         probes = parse_bind(args.health_probe_bind_address, "--health-probe-bind-address")
     except ValueError as exc:
         print(f"helm-operator: {exc}", file=sys.stderr)
-        raise _Refused(EXIT_CONFIG) from None
+        raise Refused(EXIT_CONFIG) from None
     leader = None
     if args.leader_elect:
         leader = LeaderSettings(
@@ -42,7 +40,7 @@ def _serving(args: argparse.Namespace) -> dict[str, Any]:
         for problem in leader.problems():
             print(f"helm-operator: {problem}", file=sys.stderr)
         if leader.problems():
-            raise _Refused(EXIT_CONFIG)
+            raise Refused(EXIT_CONFIG)
     return {"metrics_bind": metrics, "probes_bind": probes, "leader": leader}
 
 
@@ -53,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
     ]
     try:
-        app = _app(
+        app = build_app(
             args,
             namespaces=namespaces,
             max_helm_processes=args.max_helm_processes,
@@ -61,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             chart_cache=Path(args.chart_cache),
             **_serving(args),
         )
-    except _Refused as exc:
+    except Refused as exc:
         return exc.code
     try:
         rc: int = app.run()
@@ -74,8 +72,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_finalize(args: argparse.Namespace) -> int:
     """Finish the deletion of a resource when no operator runs: uninstall, then drop the finalizer."""
     try:
-        app = _app(args)
-    except _Refused as exc:
+        app = build_app(args)
+    except Refused as exc:
         return exc.code
     if args.force:
         print(
