@@ -35,6 +35,11 @@ def register(sub: Any) -> None:
     p.add_argument("--short-name", action="append", default=[], help="kubectl short name (repeatable)")
     p.add_argument("--cluster-scoped", action="store_true", help="a cluster-scoped kind (default namespaced)")
     p.add_argument("--release-namespace", help="where releases of a cluster-scoped kind go")
+    p.add_argument(
+        "--allow-cluster-scoped",
+        action="store_true",
+        help="let the chart create cluster-scoped objects (ClusterRoles, its crds/): allowClusterScoped",
+    )
     p.add_argument("--project-dir", default=".", help="the operator project (default: .)")
     p.add_argument("--watches-file", default="watches.yaml", help="relative to the project")
     p.add_argument("--crd-dir", default="crds", help="relative to the project")
@@ -79,6 +84,7 @@ def cmd_create_api(args: argparse.Namespace) -> int:
                 cluster_scoped=args.cluster_scoped,
                 release_namespace=args.release_namespace,
                 helm=helm,
+                allow_cluster_scoped=args.allow_cluster_scoped,
             )
         )
     except ApiError as exc:
@@ -86,12 +92,14 @@ def cmd_create_api(args: argparse.Namespace) -> int:
         return exc.code
     for path in outcome.written:
         print(f"wrote {path}")
+    for note in outcome.notes:
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 
 def _regenerate(args: argparse.Namespace, project: Path, helm: str) -> int:
     given = [f"--{n.replace('_', '-')}" for n in (*_NEW_API_FLAGS, "repo", "plural") if getattr(args, n)]
-    if given or args.short_name or args.cluster_scoped:
+    if given or args.short_name or args.cluster_scoped or args.allow_cluster_scoped:
         drop = ", ".join(given) or "the kind flags"
         raise ApiError(f"--regenerate-crd takes the kinds from the watches file; drop {drop}")
     outcome = regenerate(project, args.watches_file, args.crd_dir, helm=helm, check=args.check)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -80,12 +81,39 @@ class Request:
     cluster_scoped: bool = False
     release_namespace: str | None = None
     helm: str = "helm"
+    allow_cluster_scoped: bool = False  # the entry's allowClusterScoped (ClusterRoles, crds/ …)
 
 
 @dataclass
 class Outcome:
     written: list[Path] = field(default_factory=list)
     unchanged: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth saying, not wrong
+
+
+# Kinds that are cluster-scoped wherever Kubernetes serves them: a chart whose templates name one
+# (or that has a crds/ folder) needs allowClusterScoped for a namespaced kind.
+_CLUSTER_KINDS = re.compile(
+    r"^kind:\s*(ClusterRole|ClusterRoleBinding|CustomResourceDefinition|Namespace|PriorityClass|"
+    r"StorageClass|IngressClass|PersistentVolume|ValidatingWebhookConfiguration|"
+    r"MutatingWebhookConfiguration|APIService|RuntimeClass|CSIDriver)\s*$",
+    re.M,
+)
+
+
+def cluster_scoped_hints(chart_dir: Path) -> list[str]:
+    """What in a chart looks cluster-scoped: its crds/ folders and template kinds (a hint from
+    the text; the operator's post-renderer decides on what is really rendered)."""
+    found: set[str] = set()
+    for path in sorted(chart_dir.rglob("*")):
+        if not path.is_file() or path.suffix not in (".yaml", ".yml", ".json", ".tpl"):
+            continue
+        rel = path.relative_to(chart_dir).parts
+        if "crds" in rel[:-1]:
+            found.add("CustomResourceDefinition (crds/)")
+        elif "templates" in rel[:-1]:
+            found.update(_CLUSTER_KINDS.findall(path.read_text(errors="replace")))
+    return sorted(found)
 
 
 # --- charts ------------------------------------------------------------------------------------
@@ -433,6 +461,15 @@ def create(req: Request) -> Outcome:
         watches_text = _with_entry(watches_path, entry)
         _check_watches(watches_path, watches_text, source)
         sample_text = _sample_text(req, chart, sample_path.relative_to(project))
+        notes = []
+        if not req.cluster_scoped and not req.allow_cluster_scoped and source.is_dir():
+            hints = cluster_scoped_hints(source)
+            if hints:
+                notes.append(
+                    f"the chart may render cluster-scoped objects ({', '.join(hints)}): a resource of "
+                    f"{req.kind} is refused them (ClusterScopedNotAllowed) unless its watches entry has "
+                    "allowClusterScoped: true (create-api --allow-cluster-scoped writes it)"
+                )
 
         # Everything is checked: from here on, only writes.
         _install_chart(source, dest)
@@ -446,7 +483,7 @@ def create(req: Request) -> Outcome:
     crd_folder.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
     written.append(target)
-    return Outcome(written=written)
+    return Outcome(written=written, notes=notes)
 
 
 def _read(chart: ChartRef, helm: str) -> ChartSource:
@@ -482,6 +519,8 @@ def _entry(req: Request, chart: str) -> dict[str, Any]:
     if req.cluster_scoped:
         entry["scope"] = "Cluster"
         entry["releaseNamespace"] = req.release_namespace
+    if req.allow_cluster_scoped:
+        entry["allowClusterScoped"] = True
     return entry
 
 

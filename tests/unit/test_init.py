@@ -217,3 +217,35 @@ def test_create_api_checks_the_resulting_watches_file_before_writing_anything(
     )  # fmt: skip
     assert rc == 2 and message in err, err
     assert files_of(tmp_path) == before  # no chart, sample or CRD, and the watches file as it was
+
+
+def test_create_api_says_when_a_chart_needs_cluster_scoped_objects_and_writes_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "ops"
+    assert init(capsys, str(project), "--name", "ops")[0] == 0
+    base = ["--version", "v1", "--chart"]
+    rc, _, err = create_api(
+        capsys, project, "--group", "a.example.com", "--kind", "Exporter", *base, str(E2E_CHARTS / "exporter")
+    )
+    assert rc == 0, err
+    assert "note: the chart may render cluster-scoped objects (ClusterRole, ClusterRoleBinding)" in err
+    assert "allowClusterScoped: true" in err and "--allow-cluster-scoped" in err
+    rc, _, err = create_api(
+        capsys,
+        project,
+        "--group",
+        "b.example.com",
+        "--kind",
+        "Controller",
+        "--allow-cluster-scoped",
+        *base,
+        str(E2E_CHARTS / "withcrds"),
+    )
+    assert rc == 0 and "note:" not in err, err
+    watches = {w.kind: w for w in load_watches(project / "watches.yaml")}
+    assert not watches["Exporter"].allow_cluster_scoped and watches["Controller"].allow_cluster_scoped
+    rc, _, err = create_api(
+        capsys, project, "--group", "c.example.com", "--kind", "Plain", *base, str(E2E_CHARTS / "tiny")
+    )
+    assert rc == 0 and "note:" not in err, err  # nothing cluster-scoped: nothing to say
