@@ -38,8 +38,14 @@ IDENTIFIER = shapes.Shape(
     "^[A-Za-z_][A-Za-z0-9_$]{0,62}$", "a PostgreSQL identifier (a letter or _, then a-z, 0-9, _, $)", 63
 )
 
-# libpq reads PGHOST, PGUSER and PGDATABASE; the backup's name is $BACKUP.
-DUMP = Script('pg_dump --no-password | gzip > "/backups/$BACKUP.sql.gz"')
+# libpq reads PGHOST, PGUSER and PGDATABASE; the backup's name is $BACKUP. Written, then
+# compressed: in ``pg_dump | gzip`` the pipeline's status is gzip's, so a failed dump would pass.
+DUMP = Script(
+    """
+pg_dump --no-password --file="/backups/$BACKUP.sql" || { rm -f "/backups/$BACKUP.sql"; exit 1; }
+gzip -f "/backups/$BACKUP.sql"
+"""
+)
 
 # Instance 0's data directory from the dump $SOURCE, before the database runs.
 RESTORE = Script(

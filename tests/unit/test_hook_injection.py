@@ -586,3 +586,33 @@ def test_a_hand_built_job_with_a_script_made_of_values_is_refused_by_ctx_kube() 
         from helm_operator.hooks.kubeclient import AsyncKube
 
         asyncio.run(AsyncKube(None).create({"kind": "Job", "metadata": {"name": "j"}, **made["Job"]}))  # type: ignore[arg-type]
+
+
+# --- a backup that fails is a failed Job --------------------------------------------------------
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("dump_exit", [0, 3])
+def test_a_failing_pg_dump_fails_the_backup_job(shell: str, dump_exit: int, tmp_path: Path) -> None:
+    """``pg_dump … | gzip`` under ``sh -e`` exits with gzip's status: a dump that failed half way
+    would be recorded as a good backup. The dump Job's script must exit non-zero and leave no
+    ``.sql.gz`` when pg_dump fails, and leave the compressed dump when it succeeds."""
+    found = [j for j in pg_jobs("x") if j["metadata"]["labels"]["helm-operator.io/day2-role"] == "backup"]
+    dump = next(c for j in found for c in containers(j) if c["name"] == "backup")
+    sandbox = Sandbox(tmp_path)
+    (sandbox.bin / "pg_dump").write_text(
+        '#!/bin/sh\nfor a in "$@"; do case "$a" in --file=*) out="${a#--file=}";; esac; done\n'
+        'if [ -n "$out" ]; then echo "partial" > "$out"; else echo "partial"; fi\n'
+        f"exit {dump_exit}\n"
+    )
+    for tool in ("gzip", "rm"):
+        (sandbox.bin / tool).unlink()
+        (sandbox.bin / tool).symlink_to(shutil.which(tool) or tool)
+    done = sandbox.run(dump, shell)
+    written = list((tmp_path / "backups").glob("*.sql.gz"))
+    if dump_exit:
+        assert done.returncode != 0, f"a failed pg_dump left the backup Job succeeding: {done.stderr}"
+        assert not written, written
+    else:
+        assert done.returncode == 0, done.stderr
+        assert [p.name for p in written] == [f"{dump['env'][-1]['value']}.sql.gz"], written
