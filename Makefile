@@ -34,9 +34,16 @@ unit: venv
 e2e: venv tools
 	$(BIN)/pytest tests/e2e -v --durations=15
 
-# The benchmark's quick mode is a smoke test of its harness here (no timing assertions).
-test: lint unit e2e
-	$(BIN)/python -m bench --quick --drift-timeout 10
+# The benchmark's quick mode is a smoke test of its harness here (no timing assertions), so it runs
+# beside the e2e suite on a control plane of its own; its output follows the suite's.
+test: lint unit tools
+	@mkdir -p .work
+	@$(BIN)/python -m bench --quick --drift-timeout 10 > .work/bench-quick.log 2>&1 & bench=$$!; \
+	$(BIN)/pytest tests/e2e -v --durations=15; e2e=$$?; \
+	wait $$bench; quick=$$?; \
+	echo "--- bench --quick (exit $$quick), its last lines (all: .work/bench-quick.log):"; \
+	tail -n 60 .work/bench-quick.log; \
+	test $$e2e -eq 0 && test $$quick -eq 0
 
 # config/02-rbac.yaml from what the charts render and the hooks use (after changing either).
 rbac: venv
