@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -99,10 +100,19 @@ class Discovery:
         """``{"<group>/<Kind>": namespaced}`` for every served kind (what the post-renderer reads)."""
         return {f"{k.group}/{k.kind}": k.namespaced for k in self._fresh().values()}
 
-    def crd_names(self) -> frozenset[str]:
+    def crd_names(self, wanted: Collection[str] = ()) -> frozenset[str]:
         """``<plural>.<group>`` of every served kind of a named group: the names the CRDs that
-        serve them have (a chart's ``crds/`` that already exist need not be created)."""
-        return frozenset(f"{k.plural}.{k.group}" for k in self._fresh().values() if k.group)
+        serve them have (a chart's ``crds/`` that already exist need not be created). A name in
+        ``wanted`` that the snapshot lacks has the server asked again (once a second at most)."""
+
+        def names() -> frozenset[str]:
+            return frozenset(f"{k.plural}.{k.group}" for k in self._fresh().values() if k.group)
+
+        found = names()
+        if any(w not in found for w in wanted) and time.monotonic() - self._taken > 1.0:
+            self.refresh()
+            found = names()
+        return found
 
     def deletable(self) -> list[ServedKind]:
         """One served version (the preferred: listed first) of every kind that can be listed and

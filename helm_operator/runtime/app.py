@@ -119,6 +119,9 @@ class App:
         self._stop = asyncio.Event()
         # The kubernetes client's urllib3 logs every connection retry; our adapters say it once.
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        # pyhelm3 logs each failed helm command line (hundreds of characters, no reason); the
+        # reconcile logs the failure once, reason first, and puts it on the resource.
+        logging.getLogger("pyhelm3").setLevel(logging.ERROR)
         outage = OutageLogFilter()
         for handler in logging.getLogger().handlers:
             handler.addFilter(outage)

@@ -208,7 +208,8 @@ async def desired(
         if isinstance(translated, HookResult):
             return translated
         values = translated
-    served = await asyncio.to_thread(discovery.crd_names) if chart.crds and discovery else frozenset()
+    wanted = [c.name.removeprefix("CustomResourceDefinition/") for c in chart.crds]
+    served = await asyncio.to_thread(discovery.crd_names, wanted) if wanted and discovery else frozenset()
     return prepare(cr, chart_ref, chart, values, served)
 
 
