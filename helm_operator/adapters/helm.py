@@ -494,38 +494,6 @@ def _descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
-def stop_all_processes() -> int:
-    """SIGKILL every process this operator started (helm, the shell pyhelm3 runs it through, its
-    post-renderer), the deepest first; returns how many there were.
-
-    For a leader that lost its lease: a helm that goes on completes its release as a leader that
-    no longer is one, and one stopped with SIGTERM still writes (it marks its release failed).
-    Killed, it leaves the release ``pending-*``, which the new leader unlocks.
-    """
-    me, parents = os.getpid(), {}  # pid -> ppid of every process (os.open: 10x faster than open)
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-            try:
-                stat = os.read(fd, 1024)
-            finally:
-                os.close(fd)
-        except OSError:
-            continue
-        parents[int(name)] = int(stat.rsplit(b")", 1)[1].split()[1])  # the field after "(comm) state"
-    found: list[int] = []
-    level = {me}
-    while level:
-        level = {pid for pid, ppid in parents.items() if ppid in level}
-        found += sorted(level)
-    for pid in reversed(found):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return len(found)
-
-
 async def _until_done_or(
     task: asyncio.Future[Any], abort: asyncio.Event, needles: Sequence[str], grace: float = 30.0
 ) -> None:

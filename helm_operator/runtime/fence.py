@@ -5,24 +5,26 @@ LeaseTerm`); every gate — a helm process about to start, its post-render about
 write about to be sent to the API server — calls :meth:`Fence.check`, which reads the clock itself.
 After a pause (a frozen Pod, a stopped process, a starved node) the threads and the event loop
 resume in any order: a flag the election thread clears later would still say "leading" to
-whichever runs first, and the clock does not. A watcher thread makes the same check ten times a
-second, so a lapse is acted on even when no gate is reached (a helm process waiting for its
-objects to be ready).
+whichever runs first, and the clock does not.
+
+A lapse is also looked for where no gate is reached (a helm process waiting for its objects): by a
+watcher thread ten times a second, and — because after a pause that thread waits for the GIL with
+every other one — by a watchdog process (``watchdog.py``) that kills the helm processes first.
 
 On a lapse the fence, once: SIGKILLs every process the operator started (a helm that completes
-now writes as a leader that no longer is one; SIGTERM would let it write too, as it marks its
-release failed), says why, and ends the process as a leader that cannot renew does (its Pod
-restarts as a standby). A release left ``pending-*`` by the kill is what the new leader unlocks.
-Any other gate reached meanwhile waits for that end: it neither acts nor returns to a caller that
-would write about the refusal.
+now writes as a leader that no longer is one), says why, and ends the process as a leader that
+cannot renew does (its Pod restarts as a standby). A release left ``pending-*`` by the kill is what
+the new leader unlocks. Any other gate reached meanwhile waits for that end: it neither acts nor
+returns to a caller that would write about the refusal.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -30,18 +32,13 @@ from typing import Any
 from kubernetes import client
 
 from helm_operator.core.lease import Gate, LeaseLost, LeaseTerm
+from helm_operator.runtime import logs
+from helm_operator.runtime.watchdog import kill_descendants, lease_clock
 
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL = 0.1  # seconds between the watcher's checks (a paused process checks on resume)
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-def lease_clock() -> float:
-    """A monotonic clock that also counts time the machine was suspended (CLOCK_BOOTTIME): a
-    suspended node is a pause like any other."""
-    boottime = getattr(time, "CLOCK_BOOTTIME", None)
-    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
 
 
 def exit_now() -> None:
@@ -50,18 +47,24 @@ def exit_now() -> None:
     os._exit(1)
 
 
+def _kill_own_processes() -> int:
+    return kill_descendants(os.getpid())
+
+
 class Fence:
-    """The lease term, the gates that ask it, and what a lapse does."""
+    """The lease term, the gates that ask it, and what a lapse does. ``watchdog``: also run the
+    watchdog process while leading (the operator does; tests of the fence alone do not)."""
 
     def __init__(
         self,
         deadline: float,
         *,
         lease: str,
-        stop_processes: Callable[[], int],
+        stop_processes: Callable[[], int] = _kill_own_processes,
         exit: Callable[[], None] = exit_now,
         clock: Callable[[], float] = lease_clock,
         interval: float = WATCH_INTERVAL,
+        watchdog: bool = False,
     ) -> None:
         self.lease = lease  # "namespace/name", for messages
         self._term = LeaseTerm(float(deadline))
@@ -69,23 +72,27 @@ class Fence:
         self._exit = exit
         self._clock = clock
         self._interval = interval
-        self._lock = threading.Lock()  # guards the term
+        self._lock = threading.Lock()  # guards the term and the watchdog's input
         self._lapsing = threading.Lock()  # held by the one caller that handles a lapse
         self._armed = False
         self._handled = False
         self._stopped = threading.Event()
-        self._watcher: threading.Thread | None = None
+        self._use_watchdog = watchdog
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     def renewed(self, began: float) -> None:
         """A renewal (or the acquisition) that began at ``began`` on :func:`lease_clock` succeeded."""
         with self._lock:
             self._term = self._term.renewal(began)
+            self._tell(began)
 
     def arm(self) -> None:
-        """This replica leads: from now on a lapse stops it (and the watcher looks for one)."""
-        self._armed = True
-        self._watcher = threading.Thread(target=self._watch, name="lease-fence", daemon=True)
-        self._watcher.start()
+        """This replica leads: from now on a lapse stops it (and the watchers look for one)."""
+        with self._lock:
+            self._armed = True
+            if self._use_watchdog:
+                self._start_watchdog()
+        threading.Thread(target=self._watch, name="lease-fence", daemon=True).start()
 
     def disarm(self) -> None:
         """A deliberate shutdown hands the lease over: every gate refuses from now on, and nothing
@@ -94,6 +101,13 @@ class Fence:
         with self._lock:
             self._armed = False
             self._term = LeaseTerm(self._term.deadline, self._term.renewed_at, lapsed=True)
+            watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and watchdog.stdin is not None:
+            watchdog.stdin.close()  # its end of input: it exits
+            try:
+                watchdog.wait(5)
+            except subprocess.TimeoutExpired:
+                watchdog.kill()
 
     def check(self, what: str) -> None:
         """The gate: returns if this replica may do ``what`` now."""
@@ -139,6 +153,33 @@ class Fence:
                 killed,
             )
             self._exit()
+
+    def _start_watchdog(self) -> None:
+        json_logs = any(isinstance(h.formatter, logs.JsonFormatter) for h in logging.getLogger().handlers)
+        command = [sys.executable, "-m", "helm_operator.runtime.watchdog"]
+        command += [f"--deadline={self._term.deadline:g}", f"--parent={os.getpid()}", f"--lease={self.lease}"]
+        command.append(f"--log-format={'json' if json_logs else 'text'}")
+        try:
+            self._watchdog = subprocess.Popen(command, stdin=subprocess.PIPE)
+        except OSError as exc:
+            log.warning("leader election: no lease watchdog (%s); the fence alone guards", exc)
+            return
+        assert self._watchdog.stdin is not None
+        os.set_blocking(self._watchdog.stdin.fileno(), False)  # a gate never waits for it
+        if self._term.renewed_at is not None:
+            self._tell(self._term.renewed_at)
+
+    def _tell(self, began: float) -> None:
+        """One renewal to the watchdog (under the lock: in order, and never after it was closed)."""
+        watchdog = self._watchdog
+        if watchdog is None or watchdog.stdin is None:
+            return
+        try:
+            watchdog.stdin.write(f"{began!r}\n".encode())
+            watchdog.stdin.flush()
+        except (OSError, ValueError) as exc:
+            log.warning("leader election: the lease watchdog is gone (%s); the fence alone guards", exc)
+            self._watchdog = None
 
 
 class FencedApiClient(client.ApiClient):

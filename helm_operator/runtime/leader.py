@@ -31,7 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from helm_operator.runtime.fence import exit_now, lease_clock
+from helm_operator.runtime.fence import exit_now
+from helm_operator.runtime.watchdog import lease_clock
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class _Election(leaderelection.LeaderElection):
 class Leadership:
     """One candidate. ``on_lost`` runs (in the election thread) when a held lease could not be
     renewed; the default ends the process, as a leader that may be superseded must not act on.
-    ``on_renewed`` is told when each renewal that succeeded began (on ``fence.lease_clock``)."""
+    ``on_renewed`` is told when each renewal that succeeded began (on ``watchdog.lease_clock``)."""
 
     def __init__(
         self,

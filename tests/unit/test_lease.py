@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -223,23 +226,98 @@ def test_a_post_render_answered_past_a_refusing_gate_fails_helm_before_it_applie
     assert exchange.objects is None
 
 
-# A process that starts a shell which starts a sleep (pyhelm3 runs helm through ``sh -c``, and
-# dash does not exec the last command), then stops everything it started.
-_TREE = """
-import json, subprocess, sys, time
-from helm_operator.adapters.helm import stop_all_processes
+# A stand-in for the operator: it runs the watchdog as the fence does, and a shell that runs a
+# sleep (pyhelm3 runs helm through ``sh -c``, and dash does not exec the last command); it renews
+# every 0.1 s (the deadline is 0.5 s) at most ``renewals`` times and while the file ``leading``
+# exists, then closes the watchdog's input ("close") or keeps it open without renewing ("stop").
+_OPERATOR = """
+import json, os, subprocess, sys, time
+from helm_operator.runtime.watchdog import lease_clock
+renewals, then, leading = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dog = subprocess.Popen(
+    [sys.executable, "-m", "helm_operator.runtime.watchdog", "--deadline=0.5", f"--parent={os.getpid()}",
+     "--lease=ns/l"],
+    stdin=subprocess.PIPE,
+)
 shell = subprocess.Popen(["sh", "-c", "sleep 60; echo never"])
 time.sleep(0.3)
-grandchild = int(subprocess.run(["pgrep", "-P", str(shell.pid)], capture_output=True, text=True).stdout)
-print(json.dumps({"killed": stop_all_processes(), "pids": [shell.pid, grandchild]}), flush=True)
-shell.wait()
+sleep = int(subprocess.run(["pgrep", "-P", str(shell.pid)], capture_output=True, text=True).stdout)
+print(json.dumps({"watchdog": dog.pid, "shell": shell.pid, "sleep": sleep}), flush=True)
+for _ in range(renewals):
+    if not os.path.exists(leading):
+        break
+    dog.stdin.write(f"{lease_clock()!r}\\n".encode())
+    dog.stdin.flush()
+    time.sleep(0.1)
+if then == "close":
+    dog.stdin.close()
+    print(json.dumps({"watchdog": dog.wait()}), flush=True)
+time.sleep(30)
 """
 
 
-def test_stopping_kills_every_process_the_operator_started_grandchildren_included() -> None:
-    out = subprocess.run([sys.executable, "-c", _TREE], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    found = json.loads(out.stdout)
-    assert found["killed"] == 2
-    for pid in found["pids"]:
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+def _operator(tmp_path: Path, renewals: int, then: str) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    (tmp_path / "leading").touch()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _OPERATOR, str(renewals), then, str(tmp_path / "leading")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as the e2e operator
+    )
+    assert proc.stdout is not None
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_the_watchdog_kills_what_the_operator_started_when_renewals_stop_then_the_operator(
+    tmp_path: Path,
+) -> None:
+    proc, pids = _operator(tmp_path, renewals=5, then="stop")
+    try:
+        assert proc.wait(15) == -signal.SIGKILL  # it did not end itself (it has no fence)
+    finally:
+        proc.kill()
+    assert _gone(pids["shell"]) and _gone(pids["sleep"])
+    err = proc.stderr.read() if proc.stderr else ""
+    said = r"Lease ns/l last renewed 0\.\ds ago \(renew deadline 0\.5s\): the watchdog killed the 2 process"
+    assert re.search(said, err), err
+    assert "the operator did not end within 1s; killing it" in err
+
+
+def test_the_watchdog_acts_on_resume_from_a_freeze_at_once(tmp_path: Path) -> None:
+    """Frozen with the operator, it wakes on SIGCONT with no renewal to read (another replica
+    holds the lease now) and kills at once, not after the time its wait had left."""
+    proc, pids = _operator(tmp_path, renewals=300, then="stop")
+    try:
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGSTOP)  # the operator, its watchdog and its processes
+        (tmp_path / "leading").unlink()
+        time.sleep(2.0)
+        os.killpg(proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        while not _gone(pids["sleep"]) and time.monotonic() - resumed < 5:
+            time.sleep(0.001)
+        took = time.monotonic() - resumed
+        assert _gone(pids["sleep"]) and took < 0.2, f"{took:.3f}s"
+        print(f"the watchdog killed the sleep {took * 1000:.1f} ms after SIGCONT")
+        assert proc.wait(15) == -signal.SIGKILL
+    finally:
+        proc.kill()
+
+
+def test_the_watchdog_ends_quietly_with_its_input(tmp_path: Path) -> None:
+    proc, pids = _operator(tmp_path, renewals=3, then="close")
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline()) == {"watchdog": 0}
+        assert not _gone(pids["sleep"])  # nothing killed: the operator handed the lease over
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
