@@ -16,14 +16,22 @@ Every spec value reaches a Job as one argv element or an environment variable (`
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helm_operator.hooks import Context, Hooks, InvalidSpec, PermanentError, bounded
-from helm_operator.hooks.builtin import backup, jobs, shapes
-from helm_operator.hooks.builtin.jobs import Script
-from helm_operator.hooks.builtin.retention import Retention
+from helm_operator.hooks import (
+    Claim,
+    Context,
+    Hooks,
+    InvalidSpec,
+    PermanentError,
+    Retention,
+    Script,
+    backup,
+    bounded,
+    jobs,
+    shapes,
+)
 
 AWS_CLI = "amazon/aws-cli:2.22.35"
 BUSYBOX = "busybox:1.37"
@@ -208,11 +216,16 @@ async def check_policy(ctx: Context) -> None:
 @hooks.schedule("snapshot", every="spec.backup.backupIntervalInSecond")
 async def periodic_snapshot(ctx: Context) -> None:
     job, location = snapshot_job(ctx, ctx.run)
-    if location.startswith("pvc://"):
-        size = str(_policy(ctx.spec).get("storage") or "1Gi")
-        await backup.ensure_claim(ctx, claim(ctx), size)
-    await backup.take(ctx, ctx.run, job, location)
-    await backup.prune(ctx, retention(ctx.spec), lambda gone: cleanup_job(ctx, gone))
+    size = str(_policy(ctx.spec).get("storage") or "1Gi")
+    await backup.take_and_prune(
+        ctx,
+        ctx.run,
+        job,
+        location,
+        claim=Claim(claim(ctx), size) if location.startswith("pvc://") else None,
+        keep=retention(ctx.spec),
+        cleanup=lambda gone: cleanup_job(ctx, gone),
+    )
 
 
 # --- restore ------------------------------------------------------------------------------------
@@ -280,28 +293,24 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
 
 @hooks.before("install", timeout=120)
 async def restore_from_backup(ctx: Context) -> None:
-    source = (ctx.spec.get("restore") or {}).get("fromBackup")
-    if not source or backup.restored(ctx, str(source).strip()):
-        return
+    """Before the StatefulSet exists: restore every member's data volume from the snapshot."""
+    await backup.restore_before_install(
+        ctx,
+        lambda name, at: restore_job(ctx, name, at),
+        claims=lambda: data_claims(ctx),
+        schemes=("pvc", "s3"),
+    )
+
+
+def data_claims(ctx: Context) -> list[Claim]:
+    """The members' data volumes, as the StatefulSet's claim template will make them."""
     template = (ctx.spec.get("pod") or {}).get("persistentVolumeClaimSpec")
     if not template:
         raise PermanentError("spec.restore.fromBackup: a restore needs spec.pod.persistentVolumeClaimSpec")
-    found = await backup.find(ctx, str(source).strip())
-    location = str(found["location"])
-    if not location.startswith(("pvc://", "s3://")):
-        raise PermanentError(
-            f"spec.restore.fromBackup: cannot restore from {location}: expected pvc:// or s3://"
-        )
     size = str(((template.get("resources") or {}).get("requests") or {}).get("storage") or "1Gi")
-    for i in range(int((ctx.values or dict(ctx.spec)).get("size") or 1)):
-        await backup.ensure_claim(
-            ctx,
-            f"data-{statefulset(ctx)}-{i}",
-            size,
-            template.get("storageClassName"),
-            role="data",
-            access_modes=tuple(template.get("accessModes") or ("ReadWriteOnce",)),
-        )
-    digest = hashlib.sha256(location.encode()).hexdigest()[:6]
-    name = bounded(f"{ctx.name}-restore", f"{ctx.uid[:8] or '0'}-{digest}")
-    await backup.restore(ctx, found, restore_job(ctx, name, location))
+    modes = tuple(template.get("accessModes") or ("ReadWriteOnce",))
+    count = int((ctx.values or dict(ctx.spec)).get("size") or 1)
+    return [
+        Claim(f"data-{statefulset(ctx)}-{i}", size, template.get("storageClassName"), "data", modes)
+        for i in range(count)
+    ]

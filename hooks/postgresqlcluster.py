@@ -20,16 +20,23 @@ Every value reaches a Job as one argv element or an environment variable (``jobs
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helm_operator.hooks import Context, Hooks, PermanentError, TemporaryError, bounded
-from helm_operator.hooks.builtin import backup, failover, jobs, primary, shapes
-from helm_operator.hooks.builtin.jobs import Script
-from helm_operator.hooks.builtin.retention import Retention, parse_age, parse_count
-from helm_operator.hooks.schedule import parse_time
+from helm_operator.hooks import (
+    Claim,
+    Context,
+    Hooks,
+    Retention,
+    Script,
+    backup,
+    bounded,
+    failover,
+    jobs,
+    parse_age,
+    parse_count,
+    shapes,
+)
 
 SKIP_FINAL_BACKUP = "helm-operator.io/skip-final-backup"
 ROLE = "postgresql.example.com/role"
@@ -63,6 +70,8 @@ gosu postgres pg_ctl -D "$PGDATA" -m fast -w stop
 
 hooks = Hooks()
 
+# --- policy: what the spec asks for -----------------------------------------------------------
+
 
 def retention(spec: Mapping[str, Any]) -> Retention:
     policy = spec.get("backup") or {}
@@ -78,6 +87,73 @@ def failover_delay(spec: Mapping[str, Any]) -> float:
         return float(raw)
     age = parse_age(raw, "spec.failoverDelay")
     return age.total_seconds() if age is not None else DEFAULT_FAILOVER_DELAY
+
+
+def database_pod(pod: Mapping[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "database"
+
+
+@hooks.validate()
+async def check_backup_policy(ctx: Context) -> None:
+    retention(ctx.spec)
+    failover_delay(ctx.spec)
+    source = (ctx.spec.get("restore") or {}).get("fromBackup")
+    if source is not None:
+        shapes.VOLUME_LOCATION.check(source, "spec.restore.fromBackup")
+    auth = ctx.spec.get("auth") or {}
+    for key in ("username", "database"):
+        if auth.get(key) is not None:
+            IDENTIFIER.check(auth[key], f"spec.auth.{key}")
+    if ctx.spec.get("imageRepository") is not None:
+        shapes.IMAGE_REPOSITORY.check(ctx.spec["imageRepository"], "spec.imageRepository")
+
+
+@hooks.schedule("backup", cron="spec.backup.schedule")
+async def scheduled_backup(ctx: Context) -> None:
+    await take(ctx, ctx.run, keep=retention(ctx.spec))
+
+
+@hooks.action("backup-now")
+async def backup_now(ctx: Context) -> None:
+    await take(ctx, ctx.run, keep=retention(ctx.spec))
+
+
+@hooks.before("uninstall", timeout=1800)
+async def final_backup(ctx: Context) -> None:
+    if ctx.annotations.get(SKIP_FINAL_BACKUP) == "true":
+        await ctx.event("FinalBackupSkipped", f"{SKIP_FINAL_BACKUP}=true: no final backup")
+        return
+    await take(ctx, bounded(f"{ctx.name}-final", ctx.uid[:8] or "0"))
+
+
+@hooks.before("install", timeout=120)
+async def restore_from_backup(ctx: Context) -> None:
+    """Before the StatefulSet exists: fill instance 0's volume from the backup (the install waits)."""
+    values = ctx.values or dict(ctx.spec)
+    data = Claim(
+        f"data-{statefulset(ctx)}-0",
+        str(values.get("storage") or "8Gi"),
+        values.get("storageClassName") or None,
+        role="data",
+    )
+    await backup.restore_before_install(
+        ctx, lambda name, at: restore_job(ctx, name, at), claims=lambda: [data]
+    )
+
+
+@hooks.watch("v1", "Pod", when=database_pod)
+async def elect_primary(ctx: Context) -> None:
+    """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``."""
+    await failover.keep_primary(ctx, ROLE, failover_delay(ctx.spec), database_pod)
+
+
+@hooks.action("switchover")
+async def switchover(ctx: Context) -> None:
+    """``helm-operator.io/action: switchover=<pod>``: make that Ready standby the primary."""
+    await failover.switchover(ctx, ROLE, database_pod)
+
+
+# --- the Jobs ---------------------------------------------------------------------------------
 
 
 def claim(ctx: Context) -> str:
@@ -111,6 +187,20 @@ def _backups(claim_name: str, *, read_only: bool = False) -> dict[str, Any]:
     return {"name": "backups", "persistentVolumeClaim": pvc}
 
 
+async def take(ctx: Context, name: str, keep: Retention | None = None) -> None:
+    """A dump to the backups volume (made if missing); with ``keep``, pruned after it."""
+    size = str((ctx.spec.get("backup") or {}).get("storage") or "1Gi")
+    await backup.take_and_prune(
+        ctx,
+        name,
+        dump_job(ctx, name),
+        f"pvc://{claim(ctx)}/{name}.sql.gz",
+        claim=Claim(claim(ctx), size),
+        keep=keep,
+        cleanup=lambda gone: cleanup_job(ctx, gone),
+    )
+
+
 def dump_job(ctx: Context, name: str) -> dict[str, Any]:
     dump = jobs.shell(
         "backup", _image(ctx), DUMP, env={**_libpq(ctx), "BACKUP": name}, mounts={"backups": "/backups"}
@@ -127,50 +217,6 @@ def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, An
     return job
 
 
-async def _backup(ctx: Context, name: str) -> None:
-    size = str((ctx.spec.get("backup") or {}).get("storage") or "1Gi")
-    await backup.ensure_claim(ctx, claim(ctx), size)
-    await backup.take(ctx, name, dump_job(ctx, name), f"pvc://{claim(ctx)}/{name}.sql.gz")
-
-
-@hooks.validate()
-async def check_backup_policy(ctx: Context) -> None:
-    retention(ctx.spec)
-    failover_delay(ctx.spec)
-    source = (ctx.spec.get("restore") or {}).get("fromBackup")
-    if source is not None:
-        shapes.VOLUME_LOCATION.check(source, "spec.restore.fromBackup")
-    auth = ctx.spec.get("auth") or {}
-    for key in ("username", "database"):
-        if auth.get(key) is not None:
-            IDENTIFIER.check(auth[key], f"spec.auth.{key}")
-    if ctx.spec.get("imageRepository") is not None:
-        shapes.IMAGE_REPOSITORY.check(ctx.spec["imageRepository"], "spec.imageRepository")
-
-
-@hooks.schedule("backup", cron="spec.backup.schedule")
-async def scheduled_backup(ctx: Context) -> None:
-    await _backup(ctx, ctx.run)
-    await backup.prune(ctx, retention(ctx.spec), lambda gone: cleanup_job(ctx, gone))
-
-
-@hooks.action("backup-now")
-async def backup_now(ctx: Context) -> None:
-    await _backup(ctx, ctx.run)
-    await backup.prune(ctx, retention(ctx.spec), lambda gone: cleanup_job(ctx, gone))
-
-
-@hooks.before("uninstall", timeout=1800)
-async def final_backup(ctx: Context) -> None:
-    if ctx.annotations.get(SKIP_FINAL_BACKUP) == "true":
-        await ctx.event("FinalBackupSkipped", f"{SKIP_FINAL_BACKUP}=true: no final backup")
-        return
-    await _backup(ctx, bounded(f"{ctx.name}-final", ctx.uid[:8] or "0"))
-
-
-# --- restore -----------------------------------------------------------------------------------
-
-
 def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     """Initialise instance 0's data directory from a dump (the database is not running yet)."""
     claim_name, _, file = location.removeprefix("pvc://").partition("/")
@@ -184,62 +230,3 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     return backup.job(
         ctx, name, "restore", [restore], volumes=volumes, pod={"securityContext": {"fsGroup": 999}}
     )
-
-
-@hooks.before("install", timeout=120)
-async def restore_from_backup(ctx: Context) -> None:
-    """Before the StatefulSet exists: fill instance 0's volume from the backup (the install waits)."""
-    source = (ctx.spec.get("restore") or {}).get("fromBackup")
-    if not source or backup.restored(ctx, str(source).strip()):
-        return
-    found = await backup.find(ctx, str(source).strip())
-    location = str(found["location"])
-    if not location.startswith("pvc://") or "/" not in location.removeprefix("pvc://"):
-        raise PermanentError(
-            f"spec.restore.fromBackup: cannot restore from {location}: expected pvc://<claim>/<file>"
-        )
-    values = ctx.values or dict(ctx.spec)
-    size = str(values.get("storage") or "8Gi")
-    await backup.ensure_claim(
-        ctx, f"data-{statefulset(ctx)}-0", size, values.get("storageClassName") or None, role="data"
-    )
-    digest = hashlib.sha256(location.encode()).hexdigest()[:6]
-    name = bounded(f"{ctx.name}-restore", f"{ctx.uid[:8] or '0'}-{digest}")
-    await backup.restore(ctx, found, restore_job(ctx, name, location))
-
-
-# --- primary election and switchover ------------------------------------------------------------
-
-
-def database_pod(pod: Mapping[str, Any]) -> bool:
-    return (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "database"
-
-
-@hooks.watch("v1", "Pod", when=database_pod)
-async def elect_primary(ctx: Context) -> None:
-    """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``."""
-    members = failover.members([p for p in ctx.objects if database_pod(p)], ROLE)
-    now = dt.datetime.now(dt.UTC)
-    election = primary.elect(
-        members,
-        ctx.day2.get(failover.CURRENT),
-        failover_delay(ctx.spec),
-        now,
-        parse_time(ctx.day2.get(failover.UNREADY_SINCE)),
-    )
-    await failover.apply(ctx, election, ROLE)
-    if election.wait is not None:
-        raise TemporaryError(election.reason, delay=election.wait)
-
-
-@hooks.action("switchover")
-async def switchover(ctx: Context) -> None:
-    """``helm-operator.io/action: switchover=<pod>``: make that Ready standby the primary."""
-    if not ctx.argument:
-        raise PermanentError("switchover needs the Pod to promote: switchover=<pod>")
-    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
-    try:
-        election = primary.switch(failover.members([p for p in pods if database_pod(p)], ROLE), ctx.argument)
-    except ValueError as exc:
-        raise PermanentError(f"switchover: {exc}") from None
-    await failover.apply(ctx, election, ROLE)

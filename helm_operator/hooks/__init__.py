@@ -1,6 +1,7 @@
 """Day-2 hooks: Python beside Helm for what a chart cannot express (backups, restore, failover).
 
-A watch names a module (``hooks: hooks/postgresqlcluster.py``) that defines one registry::
+This package is all a hook module imports (``helm_operator.hooks.testing`` is for its tests). A
+watch names a module (``hooks: hooks/postgresqlcluster.py``) that defines one registry::
 
     from helm_operator.hooks import Context, Hooks, InvalidSpec
 
@@ -10,15 +11,25 @@ A watch names a module (``hooks: hooks/postgresqlcluster.py``) that defines one 
     async def backup(ctx: Context) -> None:
         ...
 
-See README.md, "Day-2 hooks", for every hook kind, the context and ``status.day2``.
+The built-ins do the work a policy asks for: ``backup.take_and_prune`` and
+``backup.restore_before_install`` (Jobs built from ``jobs.command``/``jobs.shell`` with a constant
+``Script``), ``failover.keep_primary`` and ``failover.switchover``; ``shapes`` checks the spec
+strings that reach a Job. See README.md, "Day-2 hooks", for every hook kind, the context and
+``status.day2``.
 """
 
+from helm_operator.hooks.builtin import backup, failover, jobs, shapes
+from helm_operator.hooks.builtin.backup import Claim
+from helm_operator.hooks.builtin.jobs import Container, Script
+from helm_operator.hooks.builtin.retention import Retention, parse_age, parse_count
 from helm_operator.hooks.context import Context, Day2Status, KubeClient, Release
 from helm_operator.hooks.errors import HookError, InvalidSpec, PermanentError, TemporaryError
 from helm_operator.hooks.registry import Hooks
-from helm_operator.hooks.schedule import bounded, run_name
+from helm_operator.hooks.schedule import bounded, parse_time, run_name
 
 __all__ = [
+    "Claim",
+    "Container",
     "Context",
     "Day2Status",
     "HookError",
@@ -27,7 +38,16 @@ __all__ = [
     "KubeClient",
     "PermanentError",
     "Release",
+    "Retention",
+    "Script",
     "TemporaryError",
+    "backup",
     "bounded",
+    "failover",
+    "jobs",
+    "parse_age",
+    "parse_count",
+    "parse_time",
     "run_name",
+    "shapes",
 ]

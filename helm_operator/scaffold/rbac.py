@@ -22,6 +22,7 @@ samples, CRDs, hook files) and runs ``helm template``.
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 
 import yaml
 
+import helm_operator.hooks as hooks_facade
 from helm_operator.scaffold.deploy import Flow, dump
 
 HELM_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -144,6 +146,7 @@ _HOOK_CALLS: dict[str, tuple[str, ...]] = {
     "delete": ("delete",),
 }
 _BUILTIN_HOOKS = "helm_operator.hooks.builtin"
+_FACADE = "helm_operator.hooks"  # what a hook module imports: its names are the built-ins' own
 
 
 def group_of(api_version: str) -> str:
@@ -242,6 +245,18 @@ def _literal(node: ast.AST) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+def _builtin_modules(names: Iterable[str]) -> list[str]:
+    """The built-in hook modules that define the names a hook module imports from the facade
+    (``backup`` is the module itself, ``Claim`` is defined in it): their calls are the module's."""
+    found = []
+    for name in names:
+        obj = getattr(hooks_facade, name, None)
+        module = obj.__name__ if inspect.ismodule(obj) else str(getattr(obj, "__module__", ""))
+        if module.startswith(f"{_BUILTIN_HOOKS}."):
+            found.append(module)
+    return found
+
+
 def hook_uses(source: str, filename: str) -> tuple[list[HookUse], list[str]]:
     """What a hook module asks of the API, and which built-in hook modules it imports.
 
@@ -255,7 +270,9 @@ def hook_uses(source: str, filename: str) -> tuple[list[HookUse], list[str]]:
     for node in ast.walk(ast.parse(source, filename)):
         where = f"{filename}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == _BUILTIN_HOOKS:
+            if node.module == _FACADE:
+                imported += _builtin_modules(a.name for a in node.names)
+            elif node.module == _BUILTIN_HOOKS:
                 imported += [f"{_BUILTIN_HOOKS}.{a.name}" for a in node.names]
             elif node.module.startswith(f"{_BUILTIN_HOOKS}."):
                 imported.append(node.module)

@@ -252,6 +252,16 @@ async def w(ctx):
     assert imported == ["helm_operator.hooks.builtin.backup"]
 
 
+def test_names_imported_from_the_hooks_facade_are_read_in_their_builtin_modules() -> None:
+    source = "from helm_operator.hooks import Claim, Context, Hooks, failover, jobs\n"
+    _, imported = rbac.hook_uses(source, "h.py")
+    assert imported == [
+        "helm_operator.hooks.builtin.backup",  # Claim
+        "helm_operator.hooks.builtin.failover",
+        "helm_operator.hooks.builtin.jobs",
+    ]
+
+
 def test_rules_are_deterministic_sorted_and_merged() -> None:
     grants = derive(obj("apps/v1", "Deployment"), obj("v1", "ConfigMap"), obj("v1", "Service"))
     shuffled = list(grants)

@@ -6,6 +6,10 @@ as env or args, never in a script's text; a Job that runs a shell on any other t
 These helpers create it under a deterministic name (a rerun after a restart adopts the Job
 instead of starting another), wait for it, record the result in ``status.day2.backups`` or
 ``status.day2.restore``, and prune by the policy.
+
+What a hook module does with them is policy: :func:`take_and_prune` (a scheduled or requested
+backup: its volume, the Job, its record, retention) and :func:`restore_before_install` (the
+backup the spec names, restored once, before the release's workloads exist).
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ import datetime as dt
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from helm_operator.core.naming import DAY2_LABEL
 from helm_operator.hooks.builtin.jobs import Container, check
 from helm_operator.hooks.builtin.retention import Retention, to_prune
-from helm_operator.hooks.context import Context
+from helm_operator.hooks.context import Context, lookup
 from helm_operator.hooks.errors import PermanentError, TemporaryError
 from helm_operator.hooks.schedule import bounded, rfc3339
 
@@ -268,3 +273,79 @@ async def restore(
         raise PermanentError(message)
     ctx.day2[RESTORE] = state
     await ctx.event("RestoreSucceeded", f"restored {source['location']} (Job {name})")
+
+
+# --- the high-level built-ins: what a backup or restore hook does, the Jobs given -----------------
+
+Cleanup = Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any] | None]  # records pruned -> Job
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A PersistentVolumeClaim made (kept if it exists) before a backup or restore Job needs it."""
+
+    name: str
+    size: str
+    storage_class: str | None = None
+    role: str = "backup-storage"
+    access_modes: tuple[str, ...] = ("ReadWriteOnce",)
+
+    async def ensure(self, ctx: Context) -> None:
+        await ensure_claim(
+            ctx, self.name, self.size, self.storage_class, role=self.role, access_modes=self.access_modes
+        )
+
+
+async def take_and_prune(
+    ctx: Context,
+    name: str,
+    job: Mapping[str, Any],
+    location: str,
+    *,
+    claim: Claim | None = None,
+    keep: Retention | None = None,
+    cleanup: Cleanup | None = None,
+) -> dict[str, Any]:
+    """One backup: the volume it is written to (``claim``), the Job, its record in
+    ``status.day2.backups``; then, only once it succeeded, the records (and through ``cleanup``
+    the files) that ``keep`` no longer keeps. ``keep=None``: nothing is pruned (a final backup)."""
+    if claim is not None:
+        await claim.ensure(ctx)
+    record = await take(ctx, name, job, location)
+    if keep is not None:
+        await prune(ctx, keep, cleanup)
+    return record
+
+
+def _restorable(location: str, schemes: Sequence[str]) -> bool:
+    scheme, sep, rest = location.partition("://")
+    where, slash, what = rest.partition("/")
+    return bool(sep and scheme in schemes and where and slash and what)
+
+
+async def restore_before_install(
+    ctx: Context,
+    job: Callable[[str, str], Mapping[str, Any]],
+    *,
+    claims: Callable[[], Sequence[Claim]] = tuple,
+    schemes: Sequence[str] = ("pvc",),
+    path: str = "spec.restore.fromBackup",
+) -> None:
+    """A ``before install`` hook's restore: the backup named at ``path`` (a location, or a backup
+    another resource of the kind recorded) into volumes made first (``claims``: those the
+    StatefulSet's claim templates will adopt), by the Job ``job(name, location)`` builds. Once
+    per resource: a reinstall, or a source already restored, does nothing."""
+    source = str(lookup(ctx.resource, path) or "").strip()
+    if not source or restored(ctx, source):
+        return
+    volumes = claims()
+    found = await find(ctx, source, path)
+    location = str(found["location"])
+    if not _restorable(location, schemes):
+        expected = " or ".join(f"{s}://<{'claim' if s == 'pvc' else 'bucket'}>/<file>" for s in schemes)
+        raise PermanentError(f"{path}: cannot restore from {location}: expected {expected}")
+    for claim in volumes:
+        await claim.ensure(ctx)
+    digest = hashlib.sha256(location.encode()).hexdigest()[:6]
+    name = bounded(f"{ctx.name}-restore", f"{ctx.uid[:8] or '0'}-{digest}")
+    await restore(ctx, found, job(name, location))

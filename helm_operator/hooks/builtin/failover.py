@@ -2,18 +2,22 @@
 Pods (demotions first), record the primary in ``status.day2``, and say so with Events.
 
 The role label lives on the Pods, which the release does not render (their StatefulSet does), so
-drift correction of the release never touches it.
+drift correction of the release never touches it. :func:`keep_primary` (a watch hook on the
+Pods) and :func:`switchover` (an action) are the whole of a sample's primary policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from helm_operator.hooks.builtin.primary import Election, Member
+from helm_operator.hooks.builtin.primary import Election, Member, elect, switch
 from helm_operator.hooks.context import Context
-from helm_operator.hooks.errors import TemporaryError
-from helm_operator.hooks.schedule import rfc3339
+from helm_operator.hooks.errors import PermanentError, TemporaryError
+from helm_operator.hooks.schedule import parse_time, rfc3339
+
+Select = Callable[[Mapping[str, Any]], bool]  # which of the release's Pods are members
 
 CURRENT = "currentPrimary"  # status.day2 keys
 UNREADY_SINCE = "primaryUnreadySince"
@@ -57,3 +61,31 @@ async def apply(ctx: Context, election: Election, label: str, *, replica: str = 
     elif before is None and election.primary is not None:
         await ctx.event("PrimaryElected", f"{election.reason}: primary is {election.primary}")
     await ctx.day2.save()
+
+
+async def keep_primary(ctx: Context, label: str, delay: float, members_of: Select) -> None:
+    """A watch hook on the release's Pods: keep exactly one Ready primary (label the first Ready
+    member, promote the Ready member with the lowest ordinal once the primary has not been Ready
+    for ``delay`` seconds); while a grace period runs, look again when it is over."""
+    election = elect(
+        members([p for p in ctx.objects if members_of(p)], label),
+        ctx.day2.get(CURRENT),
+        delay,
+        dt.datetime.now(dt.UTC),
+        parse_time(ctx.day2.get(UNREADY_SINCE)),
+    )
+    await apply(ctx, election, label)
+    if election.wait is not None:
+        raise TemporaryError(election.reason, delay=election.wait)
+
+
+async def switchover(ctx: Context, label: str, members_of: Select) -> None:
+    """An action ``switchover=<pod>``: make that Ready member the primary (demoted first: never two)."""
+    if not ctx.argument:
+        raise PermanentError("switchover needs the Pod to promote: switchover=<pod>")
+    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
+    try:
+        election = switch(members([p for p in pods if members_of(p)], label), ctx.argument)
+    except ValueError as exc:
+        raise PermanentError(f"switchover: {exc}") from None
+    await apply(ctx, election, label)

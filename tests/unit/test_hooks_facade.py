@@ -1,0 +1,49 @@
+"""``helm_operator.hooks`` is all a hook module imports: the shipped samples (and the e2e hook
+modules) import nothing else from helm_operator, and every name the facade lists exists."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import helm_operator.hooks as facade
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = sorted([*ROOT.glob("hooks/*.py"), *ROOT.glob("tests/e2e/hooks/*.py")])
+
+
+def _helm_operator_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+    return [m for m in found if m.split(".")[0] == "helm_operator"]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_hook_module_imports_only_the_facade(path: Path) -> None:
+    imports = _helm_operator_imports(path)
+    assert imports, f"{path} imports nothing from helm_operator.hooks"
+    assert set(imports) == {"helm_operator.hooks"}, imports
+
+
+def test_the_facade_lists_what_it_exports() -> None:
+    assert sorted(facade.__all__) == facade.__all__
+    missing = [n for n in facade.__all__ if not hasattr(facade, n)]
+    assert not missing, missing
+    for name in (
+        "Context",
+        "Hooks",
+        "InvalidSpec",
+        "Script",
+        "Claim",
+        "backup",
+        "failover",
+        "jobs",
+        "shapes",
+    ):
+        assert name in facade.__all__, name
