@@ -9,6 +9,9 @@ bounds the connections, and costs no throughput: the API server answers a patch 
 Watch streams are not counted: each holds its connection for minutes, and there is one per watched
 kind and namespace (a number known only as namespaces appear), so counting them could starve
 every other request.
+
+With leader election every request that writes passes the lease's gate first (:class:`Fenced`),
+as the kubernetes client's do: kopf's own finalizer and annotation patches included.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import asyncio
 
 import aiohttp
 import kopf
+
+from helm_operator.core.lease import Gate, open_gate
 
 REQUESTS_IN_FLIGHT = 32
 
@@ -51,20 +56,37 @@ class InFlightLimit:
                 self.in_flight -= 1
 
 
+class Fenced:
+    """aiohttp client middleware: a request that writes passes ``gate`` first (which returns only
+    while this replica may act); reads never wait for it."""
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            self._gate(f"{request.method} {request.url.path}")
+        return await handler(request)
+
+
 def is_watch(request: aiohttp.ClientRequest) -> bool:
     return request.url.query.get("watch", "").lower() in ("true", "1")
 
 
-def bounded_session(info: kopf.ConnectionInfo, limit: int = REQUESTS_IN_FLIGHT) -> kopf.AiohttpSession:
-    """The session kopf would make for ``info``, with :class:`InFlightLimit`. Call it from a
-    coroutine: an aiohttp session belongs to the running loop. kopf closes it when it drops the
-    credentials (a new login then makes a new one)."""
+def bounded_session(
+    info: kopf.ConnectionInfo, limit: int = REQUESTS_IN_FLIGHT, gate: Gate = open_gate
+) -> kopf.AiohttpSession:
+    """The session kopf would make for ``info``, with :class:`InFlightLimit` (and writes through
+    ``gate``). Call it from a coroutine: an aiohttp session belongs to the running loop. kopf
+    closes it when it drops the credentials (a new login then makes a new one)."""
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),  # the credentials, basic auth included (kopf >= 1.45)
         proxy=info.proxy_url,
         trust_env=info.trust_env,
-        middlewares=(InFlightLimit(limit),),
+        middlewares=(Fenced(gate), InFlightLimit(limit)),
     )
     return kopf.AiohttpSession(
         server=info.server,

@@ -137,3 +137,36 @@ def test_the_session_carries_the_credentials_kopf_would_send() -> None:
             assert srv.headers == ["Bearer t0ken"]
 
     asyncio.run(main())
+
+
+def test_kopfs_writes_pass_the_lease_gate_and_its_reads_do_not() -> None:
+    """With leader election kopf's own patches (finalizers, its annotations) are fenced like
+    every other write: a gate that refuses stops the request before it is sent."""
+
+    class Refused(Exception):
+        pass
+
+    asked: list[str] = []
+
+    def gate(what: str) -> None:
+        asked.append(what)
+        raise Refused(what)
+
+    async def main() -> None:
+        srv = Server()
+        app = web.Application()
+        app.router.add_get("/slow", srv.slow)
+        app.router.add_patch("/slow", srv.slow)
+        async with TestServer(app, host="127.0.0.1") as test_server:
+            url = str(test_server.make_url("")).rstrip("/")
+            ctx = bounded_session(kopf.ConnectionInfo(server=url), limit=2, gate=gate)
+            try:
+                async with ctx.aiohttp_session.get(f"{url}/slow") as resp:
+                    assert resp.status == 200
+                with pytest.raises(Refused):
+                    await ctx.aiohttp_session.patch(f"{url}/slow", json={})
+            finally:
+                await ctx.aiohttp_session.close()
+        assert asked == ["PATCH /slow"] and len(srv.headers) == 1  # the patch never reached the server
+
+    asyncio.run(main())
