@@ -28,7 +28,7 @@ from helm_operator.hooks.engines.tasks import Tasks
 from helm_operator.hooks.engines.watches import WatchHooks
 from helm_operator.hooks.health import Health
 from helm_operator.hooks.kubeclient import AsyncKube
-from helm_operator.hooks.registry import Hooks, Stage
+from helm_operator.hooks.registry import Hooks, Stage, When
 from helm_operator.hooks.runner import HookResult
 from helm_operator.release.identity import identify
 from helm_operator.release.record import StoredRelease
@@ -73,7 +73,7 @@ class Day2:
 
     async def around(
         self,
-        when: str,
+        when: When,
         stage: Stage,
         watch: Watch,
         body: Mapping[str, Any],

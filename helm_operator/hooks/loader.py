@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from helm_operator.hooks.errors import HookLoadError
-from helm_operator.hooks.registry import Hook, Hooks
+from helm_operator.hooks.registry import ActionHook, Hook, Hooks, ScheduleHook
 
 _TASK_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?$")
 
@@ -94,19 +94,20 @@ def check(module: ModuleType, hooks: Hooks) -> None:
         if len(required) != 1 or required[0].kind == inspect.Parameter.KEYWORD_ONLY or not positional:
             shown = ", ".join(p.name for p in params) or "no arguments"
             raise HookLoadError(f"{where}: takes ({shown}); a hook takes exactly one argument, the context")
-        if hook.kind in ("schedule", "action"):
-            if hook.kind == "schedule" and not _TASK_NAME.match(hook.name):
+        if isinstance(hook, ScheduleHook):
+            if not _TASK_NAME.match(hook.name):
                 raise HookLoadError(
                     f"{where}: schedule name {hook.name!r} must be 1-20 lower-case letters, digits or '-'"
                 )
-            key = (hook.kind, hook.name)
+            if not hook.path.startswith("spec."):
+                field = "cron" if hook.cron else "every"
+                example = "spec.backup.schedule"
+                raise HookLoadError(f"{where}: {field} must name a field of the spec, like {example!r}")
+        if isinstance(hook, ScheduleHook | ActionHook):
+            key = (hook.kind, hook.name if isinstance(hook, ScheduleHook) else hook.verb)
             if key in seen:
-                raise HookLoadError(f"{where}: {hook.kind} {hook.name!r} is already defined by {seen[key]}")
+                raise HookLoadError(f"{where}: {key[0]} {key[1]!r} is already defined by {seen[key]}")
             seen[key] = where
-        if hook.kind == "schedule" and not (hook.cron or hook.every).startswith("spec."):
-            field = "cron" if hook.cron else "every"
-            example = "spec.backup.schedule"
-            raise HookLoadError(f"{where}: {field} must name a field of the spec, like {example!r}")
 
 
 def load(spec: str, base: Path) -> Hooks:

@@ -2,66 +2,209 @@
 
 A module makes one ``Hooks()`` and decorates its functions; the operator finds that object when it
 loads the module named by the watch's ``hooks:`` field. Every hook is an ``async def`` taking one
-argument, the :class:`~helm_operator.hooks.context.Context`; what it is about (the run name of a
-scheduled task, the argument of an action) is on the context.
+argument, the :class:`~helm_operator.hooks.context.Context` (the decorators are typed so, and mypy
+refuses another signature); what it is about (the run name of a scheduled task, the argument of
+an action) is on the context. Each kind is its own record, holding only what that kind has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-HookFn = Callable[[Any], Awaitable[None]]
-F = TypeVar("F", bound=Callable[..., Any])
+from helm_operator.hooks.context import Context
+
+HookFn = Callable[[Context], Awaitable[None]]
+F = TypeVar("F", bound=HookFn)
+H = TypeVar("H", bound="Hook")
 
 Stage = Literal["install", "upgrade", "uninstall"]
 STAGES: tuple[Stage, ...] = ("install", "upgrade", "uninstall")
+When = Literal["before", "after"]
 
 DEFAULT_TIMEOUT = 300.0  # seconds a hook may run before it is cancelled
 
 
 @dataclass(frozen=True)
 class Hook:
-    """One registered hook: what it reacts to, the function, and its limits."""
+    """What every hook has: the function and how long it may run."""
 
-    kind: str  # "values", "validate", "before", "after", "schedule", "action", "watch"
-    fn: Callable[..., Any]
+    fn: HookFn
     timeout: float = DEFAULT_TIMEOUT
-    stage: Stage | None = None  # before/after
-    name: str = ""  # schedule: the task's name (in status and run names); action: the verb
-    cron: str = ""  # schedule: dotted path of the cron expression in the resource, e.g. spec.backup.schedule
-    every: str = ""  # schedule: dotted path of an interval in seconds instead of a cron
-    watched: tuple[str, str] | None = None  # watch: (apiVersion, kind) of the release's objects
-    when: Callable[[Any], bool] | None = None  # watch: which changed objects call the hook
-    block_for: float | None = None  # before uninstall: give up blocking the deletion after this long
-    uses: tuple[str, ...] = ()  # schedule/action: spec fields it depends on (held while one is invalid)
+
+    @property
+    def kind(self) -> str:
+        """``values``, ``validate``, ``before``, ``after``, ``schedule``, ``action`` or ``watch``."""
+        raise NotImplementedError
+
+    @property
+    def where(self) -> str:
+        return self.kind
 
     @property
     def governed(self) -> tuple[str, ...]:
-        """The spec fields whose invalidity holds this hook: what it declares it uses, and for a
-        schedule the section its cron or interval sits in (``spec.backup.schedule`` → ``spec.backup``)."""
-        own = (self.cron or self.every).rpartition(".")[0]
-        return tuple(dict.fromkeys((*self.uses, *([own] if own else []))))
+        """The spec fields whose invalidity holds this hook (none but for schedules and actions)."""
+        return ()
 
     @property
     def label(self) -> str:
         """How errors and Events name the hook: ``before_uninstall final_backup``."""
-        where = f"{self.kind}_{self.stage}" if self.stage else self.kind
-        return f"{where} {getattr(self.fn, '__name__', repr(self.fn))}"
+        return f"{self.where} {getattr(self.fn, '__name__', repr(self.fn))}"
+
+
+@dataclass(frozen=True)
+class ValueHook(Hook):
+    """Changes ``ctx.values`` before the chart is rendered."""
+
+    @property
+    def kind(self) -> str:
+        return "values"
+
+
+@dataclass(frozen=True)
+class ValidateHook(Hook):
+    """Checks spec fields; an ``InvalidSpec`` holds the hooks that use the field it names."""
+
+    @property
+    def kind(self) -> str:
+        return "validate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageHook(Hook):
+    """Runs before or after Helm installs, upgrades or uninstalls."""
+
+    when: When
+    stage: Stage
+    block_for: float | None = None  # before uninstall: give up blocking the deletion after this long
+
+    @property
+    def kind(self) -> str:
+        return self.when
+
+    @property
+    def where(self) -> str:
+        return f"{self.when}_{self.stage}"
+
+
+def _own_section(path: str) -> tuple[str, ...]:
+    own = path.rpartition(".")[0]
+    return (own,) if own else ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleHook(Hook):
+    """A task run on a cron (``cron``) or an interval in seconds (``every``) read from the resource."""
+
+    name: str  # the task's name (in status and run names)
+    cron: str = ""  # dotted path of the cron expression, e.g. spec.backup.schedule
+    every: str = ""  # dotted path of an interval in seconds instead of a cron
+    uses: tuple[str, ...] = ()  # spec fields it depends on (held while one is invalid)
+
+    @property
+    def kind(self) -> str:
+        return "schedule"
+
+    @property
+    def path(self) -> str:
+        """Where the resource gives the schedule."""
+        return self.cron or self.every
+
+    @property
+    def governed(self) -> tuple[str, ...]:
+        """What it ``uses``, and the section its cron or interval sits in (``spec.backup.schedule``
+        → ``spec.backup``)."""
+        return tuple(dict.fromkeys((*self.uses, *_own_section(self.path))))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionHook(Hook):
+    """Runs once per request ``helm-operator.io/action: <verb>[=<argument>]``."""
+
+    verb: str
+    uses: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "action"
+
+    @property
+    def governed(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.uses))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchHook(Hook):
+    """Runs when an object of the kind ``watched`` that the release made changes."""
+
+    name: str  # the function's name: the key of its pending changes
+    watched: tuple[str, str]  # (apiVersion, kind)
+    when: Callable[[Mapping[str, Any]], bool] | None = None  # which changed objects call it
+
+    @property
+    def kind(self) -> str:
+        return "watch"
+
+
+def _fields(uses: str | Sequence[str]) -> tuple[str, ...]:
+    return (uses,) if isinstance(uses, str) else tuple(uses)
+
+
+def _check_stage(stage: str) -> None:
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {stage!r}")
 
 
 class Hooks:
     """The hooks of one module. Decorators return the function unchanged, so it stays testable."""
 
     def __init__(self) -> None:
-        self.hooks: list[Hook] = []
+        self.hooks: list[Hook] = []  # every hook, in the order the module declares them
 
     def _add(self, hook: Hook) -> None:
         self.hooks.append(hook)
 
+    def _all(self, kind: type[H]) -> list[H]:
+        return [h for h in self.hooks if isinstance(h, kind)]
+
+    # --- the hooks of each kind, typed ---------------------------------------------------------
+
+    @property
+    def translators(self) -> list[ValueHook]:
+        return self._all(ValueHook)
+
+    @property
+    def validators(self) -> list[ValidateHook]:
+        return self._all(ValidateHook)
+
+    def around(self, when: When, stage: Stage) -> list[StageHook]:
+        return [h for h in self._all(StageHook) if h.when == when and h.stage == stage]
+
+    @property
+    def schedules(self) -> list[ScheduleHook]:
+        return self._all(ScheduleHook)
+
+    @property
+    def actions(self) -> list[ActionHook]:
+        return self._all(ActionHook)
+
+    def action_for(self, verb: str) -> ActionHook | None:
+        return next((h for h in self.actions if h.verb == verb), None)
+
+    @property
+    def watchers(self) -> list[WatchHook]:
+        return self._all(WatchHook)
+
     def of(self, kind: str, stage: Stage | None = None) -> list[Hook]:
-        return [h for h in self.hooks if h.kind == kind and (stage is None or h.stage == stage)]
+        """The hooks of a kind by its name (``before``, ``schedule`` …), of a stage if given."""
+        return [
+            h
+            for h in self.hooks
+            if h.kind == kind and (stage is None or (isinstance(h, StageHook) and h.stage == stage))
+        ]
+
+    # --- the decorators ------------------------------------------------------------------------
 
     def values(self, *, timeout: float = 60.0) -> Callable[[F], F]:
         """A value translator: changes ``ctx.values`` (the CR's spec merged with overrideValues)
@@ -69,7 +212,7 @@ class Hooks:
         the same cluster state, or every resync becomes an upgrade."""
 
         def deco(fn: F) -> F:
-            self._add(Hook("values", fn, timeout))
+            self._add(ValueHook(fn, timeout))
             return fn
 
         return deco
@@ -80,7 +223,7 @@ class Hooks:
         use that field — not the release, the watch hooks or anything else."""
 
         def deco(fn: F) -> F:
-            self._add(Hook("validate", fn, timeout))
+            self._add(ValidateHook(fn, timeout))
             return fn
 
         return deco
@@ -92,22 +235,20 @@ class Hooks:
 
         ``block_for`` (seconds, uninstall only): how long a failing hook may hold the deletion
         before the uninstall goes ahead anyway (None: until it succeeds or is overridden)."""
-        if stage not in STAGES:
-            raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {stage!r}")
+        _check_stage(stage)
 
         def deco(fn: F) -> F:
-            self._add(Hook("before", fn, timeout, stage=stage, block_for=block_for))
+            self._add(StageHook(fn, timeout, when="before", stage=stage, block_for=block_for))
             return fn
 
         return deco
 
     def after(self, stage: Stage, *, timeout: float = DEFAULT_TIMEOUT) -> Callable[[F], F]:
         """Runs after Helm installed, upgraded or uninstalled successfully."""
-        if stage not in STAGES:
-            raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {stage!r}")
+        _check_stage(stage)
 
         def deco(fn: F) -> F:
-            self._add(Hook("after", fn, timeout, stage=stage))
+            self._add(StageHook(fn, timeout, when="after", stage=stage))
             return fn
 
         return deco
@@ -127,10 +268,9 @@ class Hooks:
         while a field it governs is invalid: the section its cron sits in, and ``uses``."""
         if bool(cron) == bool(every):
             raise ValueError(f"schedule {name!r}: give exactly one of cron= or every=")
-        fields = (uses,) if isinstance(uses, str) else tuple(uses)
 
         def deco(fn: F) -> F:
-            self._add(Hook("schedule", fn, timeout, name=name, cron=cron, every=every, uses=fields))
+            self._add(ScheduleHook(fn, timeout, name=name, cron=cron, every=every, uses=_fields(uses)))
             return fn
 
         return deco
@@ -140,7 +280,7 @@ class Hooks:
         api_version: str,
         kind: str,
         *,
-        when: Callable[[Any], bool] | None = None,
+        when: Callable[[Mapping[str, Any]], bool] | None = None,
         timeout: float = 60.0,
     ) -> Callable[[F], F]:
         """Runs when an object of this kind that the release made changes (its Pods too: the
@@ -152,7 +292,8 @@ class Hooks:
         calls it again after the delay (e.g. to act when a grace period is over)."""
 
         def deco(fn: F) -> F:
-            self._add(Hook("watch", fn, timeout, name=fn.__name__, watched=(api_version, kind), when=when))
+            name = getattr(fn, "__name__", repr(fn))
+            self._add(WatchHook(fn, timeout, name=name, watched=(api_version, kind), when=when))
             return fn
 
         return deco
@@ -163,14 +304,9 @@ class Hooks:
         """Runs once per request ``helm-operator.io/action: <verb>[=<argument>]`` on the resource.
         ``uses``: spec fields (dotted, e.g. ``spec.backup``) it depends on; while a ``validate``
         hook finds one invalid, a request waits (and ``Day2`` says why) instead of running."""
-        fields = (uses,) if isinstance(uses, str) else tuple(uses)
 
         def deco(fn: F) -> F:
-            self._add(Hook("action", fn, timeout, name=verb, uses=fields))
+            self._add(ActionHook(fn, timeout, verb=verb, uses=_fields(uses)))
             return fn
 
         return deco
-
-    @property
-    def schedules(self) -> Sequence[Hook]:
-        return self.of("schedule")

@@ -3,14 +3,15 @@ cluster, and assert what it asked for.
 
     async def test_final_backup_is_skipped_on_request():
         h = Harness(hooks, resource)
-        out = await h.run("before", stage="uninstall")
+        out = await h.before("uninstall")
         assert out.ok and out.created == []
 
 The fake client keeps objects in memory and records every operation as ``(verb, kind, name)``;
 it refuses a name the API server would refuse (an empty one too). ``on_create`` lets a test decide
 what happens to what the hook creates (e.g. a Job that completes). A scheduled run or an action
 gets the run name (``ctx.run``) and slot the operator would give it unless ``run_as`` says
-otherwise. :func:`process` shows what a container of a Job would exec, as the kubelet starts it.
+otherwise. :func:`process` shows what a container of a Job would exec, as the kubelet starts it;
+:func:`load` loads a hook module from its file, as the operator does.
 """
 
 from __future__ import annotations
@@ -19,16 +20,41 @@ import copy
 import datetime as dt
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from helm_operator.hooks.builtin import jobs
 from helm_operator.hooks.context import Context, Day2Status, Release, frozen, lookup, thawed
 from helm_operator.hooks.errors import InvalidSpec
-from helm_operator.hooks.registry import Hook, Hooks, Stage
+from helm_operator.hooks.loader import load
+from helm_operator.hooks.registry import (
+    ActionHook,
+    H,
+    Hook,
+    Hooks,
+    ScheduleHook,
+    Stage,
+    ValueHook,
+    WatchHook,
+)
 from helm_operator.hooks.runner import HookResult, run
 from helm_operator.hooks.schedule import bounded, check_cron, check_interval, run_name, slot_at_or_before
+
+__all__ = [
+    "FakeKube",
+    "Harness",
+    "Invalid",
+    "NotFound",
+    "Outcome",
+    "Process",
+    "check_name",
+    "complete_jobs",
+    "expand",
+    "fail_jobs",
+    "load",
+    "process",
+]
 
 Key = tuple[str, str, str | None, str]  # apiVersion, kind, namespace, name
 
@@ -195,7 +221,11 @@ class Outcome:
 
 
 class Harness:
-    """Runs the hooks of one module against a resource; keeps ``status.day2`` between runs."""
+    """Runs the hooks of one module against a resource; keeps ``status.day2`` between runs.
+
+    One method per hook kind: ``values()``, ``validate()``, ``before(stage)``, ``after(stage)``,
+    ``schedule(name)``, ``action(verb, argument)``, ``watch(name, changed=…)``; ``run(kind, …)``
+    is the same by the kind's name."""
 
     def __init__(
         self,
@@ -209,26 +239,90 @@ class Harness:
     ) -> None:
         self.hooks = hooks
         self.resource = thawed(resource)
-        self.values = dict(values if values is not None else self.resource.get("spec") or {})
+        self.chart_values = dict(values if values is not None else self.resource.get("spec") or {})
         self.release = release
         self.kube = FakeKube(objects, on_create)
 
-    def find(self, kind: str, stage: Stage | None = None, name: str = "") -> Hook:
-        found = [h for h in self.hooks.of(kind, stage) if not name or h.name == name]
+    @staticmethod
+    def _one(found: Sequence[H], what: str) -> H:
         if len(found) != 1:
-            raise LookupError(f"{len(found)} hooks of kind {kind!r} stage {stage!r} name {name!r}")
+            raise LookupError(f"{len(found)} hooks {what}")
         return found[0]
 
-    def _slot(self, hook: Hook, now: dt.datetime) -> dt.datetime:
+    def find(self, kind: str, stage: Stage | None = None, name: str = "") -> Hook:
+        """The one hook of a kind (and stage; ``name``: a task's name, a verb or a function's)."""
+        found = [h for h in self.hooks.of(kind, stage) if not name or name in _names(h)]
+        return self._one(found, f"of kind {kind!r} stage {stage!r} name {name!r}")
+
+    def _slot(self, hook: ScheduleHook, now: dt.datetime) -> dt.datetime:
         """The slot the operator would run a scheduled task for at ``now`` (the latest one of
         the resource's schedule; ``now`` itself if the resource gives none)."""
-        path = hook.cron or hook.every
-        raw = lookup(self.resource, path)
+        raw = lookup(self.resource, hook.path)
         try:
-            expr = check_cron(raw, path) if hook.cron else check_interval(raw, path)
+            expr = check_cron(raw, hook.path) if hook.cron else check_interval(raw, hook.path)
         except InvalidSpec:
             return now.replace(microsecond=0) if hook.every else now.replace(second=0, microsecond=0)
         return slot_at_or_before(expr, now)
+
+    # --- one method per hook kind ----------------------------------------------------------------
+
+    async def values(self, name: str = "") -> Outcome:
+        """Run the value translator (``name``: its function, if there are several); on success
+        the next runs see the values it gave."""
+        hook = self._one([h for h in self.hooks.translators if not name or name in _names(h)], "values")
+        return await self._run(hook)
+
+    async def validate(self, name: str = "") -> Outcome:
+        """Run the ``validate`` hook (``name``: its function, if there are several)."""
+        hook = self._one([h for h in self.hooks.validators if not name or name in _names(h)], "validate")
+        return await self._run(hook)
+
+    async def before(self, stage: Stage, name: str = "") -> Outcome:
+        found = [h for h in self.hooks.around("before", stage) if not name or name in _names(h)]
+        return await self._run(self._one(found, f"before {stage}"))
+
+    async def after(self, stage: Stage, name: str = "") -> Outcome:
+        found = [h for h in self.hooks.around("after", stage) if not name or name in _names(h)]
+        return await self._run(self._one(found, f"after {stage}"))
+
+    async def schedule(
+        self,
+        name: str,
+        *,
+        now: dt.datetime | None = None,
+        run_as: str = "",
+        scheduled: dt.datetime | None = None,
+    ) -> Outcome:
+        """A run of the task ``name`` with the run name and slot the operator would give it
+        (``<resource>-<task>-<slot>``, the latest slot at ``now``) unless given."""
+        hook = self._one([h for h in self.hooks.schedules if h.name == name], f"schedule {name!r}")
+        now = now or dt.datetime.now(dt.UTC)
+        scheduled = scheduled or self._slot(hook, now)
+        run_as = run_as or run_name(self._name, hook.name, scheduled, seconds=bool(hook.every))
+        return await self._run(hook, run_as=run_as, scheduled=scheduled)
+
+    async def action(
+        self, verb: str, argument: str = "", *, now: dt.datetime | None = None, run_as: str = ""
+    ) -> Outcome:
+        """The action ``verb[=argument]``, run as ``<resource>-<verb>-<now>`` unless ``run_as``."""
+        hook = self._one([h for h in self.hooks.actions if h.verb == verb], f"action {verb!r}")
+        now = now or dt.datetime.now(dt.UTC)
+        run_as = run_as or bounded(f"{self._name}-{verb}", now.strftime("%Y%m%d%H%M%S"))
+        return await self._run(hook, run_as=run_as, argument=argument)
+
+    async def watch(
+        self,
+        name: str = "",
+        *,
+        changed: Mapping[str, Any] | None = None,
+        objects: Iterable[Mapping[str, Any]] = (),
+    ) -> Outcome:
+        """The watch hook (``name``: its function, if there are several), seeing the fake's
+        objects of the kind it watches (``objects`` are added first) and ``changed``."""
+        for obj in objects:
+            self.kube.objects[_key(obj)] = thawed(obj)
+        hook = self._one([h for h in self.hooks.watchers if not name or h.name == name], f"watch {name!r}")
+        return await self._run(hook, changed=changed)
 
     async def run(
         self,
@@ -242,27 +336,38 @@ class Harness:
         changed: Mapping[str, Any] | None = None,
         now: dt.datetime | None = None,
     ) -> Outcome:
-        """Run one hook. A scheduled run gets the run name and slot the operator would give it
-        (``<resource>-<task>-<slot>``, the latest slot at ``now``) and an action
-        ``<resource>-<verb>-<now>``, unless ``run_as``/``scheduled`` are given. A watch hook sees
-        the fake's objects of the kind it watches (so what an earlier run changed, e.g. a label,
-        is seen by the next)."""
+        """Run one hook of a kind given by name (``name``: a task's name, a verb or a function's);
+        the same as the method of that kind."""
         hook = self.find(kind, stage, name)
-        now = now or dt.datetime.now(dt.UTC)
-        resource = str(self.resource["metadata"]["name"])
-        if kind == "schedule":
-            scheduled = scheduled or self._slot(hook, now)
-            run_as = run_as or run_name(resource, hook.name, scheduled, seconds=bool(hook.every))
-        elif kind == "action":
-            run_as = run_as or bounded(f"{resource}-{hook.name}", now.strftime("%Y%m%d%H%M%S"))
-        watched = [
-            o for o in self.kube.objects.values() if hook.watched == (o.get("apiVersion"), o.get("kind"))
-        ]
+        if isinstance(hook, ScheduleHook):
+            return await self.schedule(hook.name, now=now, run_as=run_as, scheduled=scheduled)
+        if isinstance(hook, ActionHook):
+            return await self.action(hook.verb, argument, now=now, run_as=run_as)
+        return await self._run(hook, run_as=run_as, argument=argument, scheduled=scheduled, changed=changed)
+
+    @property
+    def _name(self) -> str:
+        return str(self.resource["metadata"]["name"])
+
+    async def _run(
+        self,
+        hook: Hook,
+        *,
+        run_as: str = "",
+        argument: str = "",
+        scheduled: dt.datetime | None = None,
+        changed: Mapping[str, Any] | None = None,
+    ) -> Outcome:
+        watched = (
+            [o for o in self.kube.objects.values() if hook.watched == (o.get("apiVersion"), o.get("kind"))]
+            if isinstance(hook, WatchHook)
+            else []
+        )
         saved, events = _Saved(), _Events()
         status = self.resource.setdefault("status", {})
         ctx = Context(
             resource=frozen(self.resource),
-            values=copy.deepcopy(self.values),
+            values=copy.deepcopy(self.chart_values),
             release=self.release,
             kube=self.kube,
             day2=Day2Status(status.get("day2") or {}, saved),
@@ -277,11 +382,19 @@ class Harness:
         before = len(self.kube.operations)
         result = await run(hook, ctx)
         status["day2"] = thawed(dict(ctx.day2))
-        if kind == "values" and result.ok:
-            self.values = ctx.values
+        if isinstance(hook, ValueHook) and result.ok:
+            self.chart_values = ctx.values
         return Outcome(
             result, ctx.values, status["day2"], events.posted, self.kube.operations[before:], saved.patches
         )
+
+
+def _names(hook: Hook) -> tuple[str, ...]:
+    """What a test may call a hook by: its function's name, and a task's name or an action's verb."""
+    own: tuple[str, ...] = (hook.name,) if isinstance(hook, ScheduleHook | WatchHook) else ()
+    if isinstance(hook, ActionHook):
+        own = (hook.verb,)
+    return (getattr(hook.fn, "__name__", ""), *own)
 
 
 @dataclass(frozen=True)

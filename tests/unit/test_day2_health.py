@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from helm_operator.hooks.engines.specs import governs as _governs
 from helm_operator.hooks.health import CONDITION, Health
-from helm_operator.hooks.registry import Hook, Hooks
+from helm_operator.hooks.registry import Hooks, ScheduleHook
 
 
 def test_a_success_clears_only_its_own_failure() -> None:
@@ -36,4 +36,4 @@ def test_an_invalid_field_holds_the_hooks_that_use_it() -> None:
     assert _governs(backup, ["spec.backup.retention"]) and _governs(backup_now, ["spec.backup.s3.bucket"])
     assert _governs(backup, ["spec"])  # a check that broke without naming a field holds all of spec
     assert not _governs(backup, ["spec.backupWindow"]) and not _governs(switchover, ["spec.backup"])
-    assert not _governs(Hook("schedule", fn, every="interval"), ["spec.backup"])
+    assert not _governs(ScheduleHook(fn, name="t", every="interval"), ["spec.backup"])

@@ -50,7 +50,7 @@ class Actions:
                 health.report(owner, SOURCE, None)
             return
         verb, _ = parse_action(request)
-        hook = next((h for h in self.shared.of(watch).of("action") if h.name == verb), None)
+        hook = self.shared.of(watch).action_for(verb)
         if hook is not None and governs(hook, invalid):
             why = "; ".join(p.message for p in health.failing(owner) if p.reason == "InvalidSpec")
             health.report(owner, SOURCE, ("ActionHeld", f"action {request} waits: {why}"))
@@ -73,8 +73,8 @@ class Actions:
         if last.get("request") == request and last.get("phase") in ("Succeeded", "Failed"):
             return await self._acknowledge(watch, body, request)
         verb, argument = parse_action(request)
-        actions = shared.of(watch).of("action")
-        hook = next((h for h in actions if h.name == verb), None)
+        hooks = shared.of(watch)
+        hook = hooks.action_for(verb)
         if last.get("request") == request and last.get("phase") == "Running":
             run_as = str(last.get("name"))
         else:
@@ -82,7 +82,7 @@ class Actions:
             last = {"request": request, "name": run_as, "phase": "Running", "startTime": rfc3339(NOW())}
             await shared.reporter.status(ref, watch.served_plural, {"day2": {"lastAction": last}})
         if hook is None:
-            known = ", ".join(sorted(h.name for h in actions)) or "none"
+            known = ", ".join(sorted(h.verb for h in hooks.actions)) or "none"
             result = HookResult(
                 False, "UnknownAction", f"unknown action {verb!r}; {watch.kind} supports: {known}"
             )

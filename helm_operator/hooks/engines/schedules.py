@@ -19,7 +19,7 @@ from helm_operator.hooks.engines.shared import NOW, Shared
 from helm_operator.hooks.engines.specs import schedule_of
 from helm_operator.hooks.engines.tasks import Tasks
 from helm_operator.hooks.errors import InvalidSpec
-from helm_operator.hooks.registry import Hook
+from helm_operator.hooks.registry import ScheduleHook
 from helm_operator.hooks.runner import run
 from helm_operator.hooks.schedule import Decision, TaskState, decide, rfc3339, run_name
 from helm_operator.release.identity import ReleaseId
@@ -46,7 +46,7 @@ class Schedules:
     def forget(self, owner: str) -> None:
         self._held.pop(owner, None)
 
-    async def _tick(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> float | None:
+    async def _tick(self, watch: Watch, namespace: str | None, name: str, hook: ScheduleHook) -> float | None:
         """One look at a schedule (under the lock): run it if due. Seconds to wait, or None: stop."""
         body = await self.shared.fresh(watch, namespace, name)
         if body is None:
@@ -86,7 +86,7 @@ class Schedules:
         return await self._run(watch, body, hook, run_as, decision.run, started)
 
     async def _save(
-        self, watch: Watch, body: Mapping[str, Any], hook: Hook, fields: Mapping[str, Any]
+        self, watch: Watch, body: Mapping[str, Any], hook: ScheduleHook, fields: Mapping[str, Any]
     ) -> None:
         patch = {"day2": {"schedules": {hook.name: dict(fields)}}}
         await self.shared.reporter.status(self.shared.ref(watch, body), watch.served_plural, patch)
@@ -95,7 +95,7 @@ class Schedules:
         self,
         watch: Watch,
         body: Mapping[str, Any],
-        hook: Hook,
+        hook: ScheduleHook,
         run_as: str,
         slot: dt.datetime | None,
         since: str | None,

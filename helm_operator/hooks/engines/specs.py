@@ -15,15 +15,15 @@ from helm_operator.config.watches import Watch
 from helm_operator.hooks.context import lookup
 from helm_operator.hooks.engines.shared import Shared
 from helm_operator.hooks.errors import InvalidSpec
-from helm_operator.hooks.registry import Hook
+from helm_operator.hooks.registry import Hook, ScheduleHook
 from helm_operator.hooks.runner import run
 from helm_operator.hooks.schedule import check_cron, check_interval
 
 
-def schedule_of(hook: Hook, body: Mapping[str, Any]) -> str | None:
+def schedule_of(hook: ScheduleHook, body: Mapping[str, Any]) -> str | None:
     """The schedule a resource gives a task (cron, or ``@every Ns``), None if it gives none;
     ``InvalidSpec`` if it is wrong."""
-    path = hook.cron or hook.every
+    path = hook.path
     raw = lookup(body, path)
     if raw is None or (hook.every and raw in (0, "0")):  # an interval of 0: off
         return None
@@ -55,9 +55,9 @@ class Specs:
             except InvalidSpec as exc:
                 invalid.append(exc.path)
                 health.report(owner, source, ("InvalidSpec", str(exc)))
-        for hook in hooks.of("validate"):
-            result = await run(hook, self.shared.context(watch, body))
-            health.report(owner, f"validate {hook.fn.__name__}", result.problem)
+        for check in hooks.validators:
+            result = await run(check, self.shared.context(watch, body))
+            health.report(owner, f"validate {getattr(check.fn, '__name__', check.label)}", result.problem)
             if result.problem is not None:
                 invalid.append(result.field or "spec")  # a check that broke holds all that uses spec
         return invalid

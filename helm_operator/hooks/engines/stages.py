@@ -15,7 +15,7 @@ from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import parse_rfc3339
 from helm_operator.core.naming import FORCE_UNINSTALL_ANNOTATION
 from helm_operator.hooks.engines.shared import Shared
-from helm_operator.hooks.registry import Stage
+from helm_operator.hooks.registry import Stage, When
 from helm_operator.hooks.runner import OK, HookResult, run
 from helm_operator.release.record import StoredRelease
 
@@ -29,7 +29,7 @@ class Stages:
     ) -> dict[str, Any] | HookResult:
         """The values after every translator, or the first failure."""
         out = dict(values)
-        for hook in self.shared.of(watch).of("values"):
+        for hook in self.shared.of(watch).translators:
             ctx = self.shared.context(watch, body, values=out, release=release)
             result = await run(hook, ctx)
             if not result.ok:
@@ -39,7 +39,7 @@ class Stages:
 
     async def around(
         self,
-        when: str,
+        when: When,
         stage: Stage,
         watch: Watch,
         body: Mapping[str, Any],
@@ -47,7 +47,7 @@ class Stages:
         release: StoredRelease | None,
     ) -> HookResult:
         """Run the ``before``/``after`` hooks of a stage in order; the first failure stops them."""
-        for hook in self.shared.of(watch).of(when, stage):
+        for hook in self.shared.of(watch).around(when, stage):
             result = await run(hook, self.shared.context(watch, body, values=values, release=release))
             if not result.ok:
                 return result
@@ -59,7 +59,7 @@ class Stages:
         """The ``before uninstall`` hooks, unless overridden or past their ``block_for``: a failure
         here keeps the resource (and its release) until it succeeds. A hook that asks to be
         called again is waiting (``UninstallWaiting``), not failing (``UninstallBlocked``)."""
-        hooks = self.shared.of(watch).of("before", "uninstall")
+        hooks = self.shared.of(watch).around("before", "uninstall")
         if not hooks:
             return OK, []
         meta = body["metadata"]

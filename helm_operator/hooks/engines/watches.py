@@ -18,7 +18,7 @@ from helm_operator.drift.dependents import Kind
 from helm_operator.hooks.context import frozen
 from helm_operator.hooks.engines.shared import Shared
 from helm_operator.hooks.engines.tasks import Tasks
-from helm_operator.hooks.registry import Hook
+from helm_operator.hooks.registry import WatchHook
 from helm_operator.hooks.runner import run
 from helm_operator.hooks.watchers import ObjectWatches
 from helm_operator.release.identity import ReleaseId, identify
@@ -37,12 +37,12 @@ class WatchHooks:
     def ensure(self, watch: Watch, body: Mapping[str, Any], ident: ReleaseId) -> None:
         """Watch what the resource's watch hooks look at; the first look runs them on the
         objects as they are now."""
-        watched = self.shared.of(watch).of("watch")
+        watched = self.shared.of(watch).watchers
         if not watched or ident.owner in self._owners:
             return
         meta = body["metadata"]
         self._owners[ident.owner] = (watch, meta.get("namespace"), meta["name"])
-        for kind in {h.watched for h in watched if h.watched}:
+        for kind in {h.watched for h in watched}:
             self._watches().ensure(kind)
             self._object_changed(ident.owner, kind, None)
 
@@ -69,7 +69,7 @@ class WatchHooks:
         if entry is None:
             return
         watch, ns, name = entry
-        for hook in self.shared.of(watch).of("watch"):
+        for hook in self.shared.of(watch).watchers:
             if hook.watched != kind:
                 continue
             if obj is not None and hook.when is not None and not _matches(hook, obj):
@@ -78,9 +78,8 @@ class WatchHooks:
             step = functools.partial(self._watched, watch, ns, name, hook)
             self.tasks.start(identify(watch, ns, name), f"watch/{hook.name}", step)
 
-    async def _watched(self, watch: Watch, namespace: str | None, name: str, hook: Hook) -> float | None:
+    async def _watched(self, watch: Watch, namespace: str | None, name: str, hook: WatchHook) -> float | None:
         """Run a watch hook once (under the lock) with the objects as the watch sees them now."""
-        assert hook.watched is not None
         if not self._watches().synced(hook.watched):
             return None  # its first listing calls the hook with what it found
         body = await self.shared.fresh(watch, namespace, name)
@@ -96,7 +95,7 @@ class WatchHooks:
         return None if result.ok else result.retry_after
 
 
-def _matches(hook: Hook, obj: Mapping[str, Any]) -> bool:
+def _matches(hook: WatchHook, obj: Mapping[str, Any]) -> bool:
     """A watch hook's ``when`` filter; one that raises lets the change through (and says so)."""
     assert hook.when is not None
     try:
