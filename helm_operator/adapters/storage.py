@@ -3,11 +3,13 @@
 Helm keeps each revision in a Secret ``sh.helm.release.v1.<name>.v<revision>`` labelled
 ``owner=helm``, ``name``, ``status``, ``version`` plus the release's own labels. The labels alone
 tell state and digest; the body (base64 + gzip + JSON) is decoded only when chart metadata or
-the manifest are needed. Functions here are synchronous: call them through ``asyncio.to_thread``.
+the manifest are needed. Functions here are synchronous (call them through
+``asyncio.to_thread``), except ``read``: the one way the operator reads a stored release.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -17,6 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from helm_operator.adapters.release_index import ReleaseIndex
+from helm_operator.release.identity import ReleaseId
 from helm_operator.release.record import PENDING_STATUSES, UNLOCKED_PREFIX, StoredRelease, from_body
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
@@ -80,6 +83,14 @@ def latest_release(
     if index is not None:
         index.remember(release, getattr(secrets[-1].metadata, "resource_version", None))
     return release
+
+
+async def read(
+    api: client.CoreV1Api, ident: ReleaseId, index: ReleaseIndex | None = None
+) -> StoredRelease | None:
+    """The release's latest revision in Helm's storage (read in a thread), or the one the index
+    remembers while the storage still holds exactly that as the newest."""
+    return await asyncio.to_thread(latest_release, api, ident.name, ident.namespace, index)
 
 
 def current_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredRelease | None:

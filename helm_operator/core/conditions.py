@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
+
+from helm_operator.core.vocabulary import Condition, ConditionType
 
 MESSAGE_MAX = 1024
 
@@ -19,7 +23,7 @@ def parse_rfc3339(text: str | None) -> float:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
 
 
-Update = tuple[str, bool | None, str, str]  # (type, True/False/None=Unknown, reason, message)
+Update = Condition  # the name the hook engines use
 
 
 def _value(status: bool | None) -> str:
@@ -38,9 +42,9 @@ def _condition(
     value = _value(status)
     changed = previous is None or previous.get("status") != value
     return {
-        "type": ctype,
+        "type": str(ctype),  # plain strings in the status, never the enums
         "status": value,
-        "reason": reason,
+        "reason": str(reason),
         "message": message[:MESSAGE_MAX],
         "observedGeneration": generation,
         "lastTransitionTime": rfc3339(now)
@@ -72,7 +76,7 @@ def keep_transitions(
 
 def merge_conditions(
     existing: Sequence[Mapping[str, Any]],
-    updates: Sequence[Update],
+    updates: Sequence[Condition],
     generation: int,
     now: float,
 ) -> list[dict[str, Any]]:
@@ -80,7 +84,86 @@ def merge_conditions(
     by_type = {c["type"]: dict(c) for c in existing}
     for ctype, status, reason, message in updates:
         by_type[ctype] = _condition(ctype, status, reason, message, generation, now, by_type.get(ctype))
-    order = ["Ready", "Reconciling", "Stalled", "Released", "Remediated", "Drifted"]
+    order = [str(t) for t in ConditionType if t is not ConditionType.DAY2]
     return sorted(
         by_type.values(), key=lambda c: (order.index(c["type"]) if c["type"] in order else 99, c["type"])
     )
+
+
+class Owner(StrEnum):
+    """Who decides a part of the status. Each owner contributes only the conditions (and top-level
+    status fields) it owns; ``compose`` is the one place where contributions become conditions."""
+
+    RELEASE = "release"  # a reconcile's outcome (release/status.py)
+    WORKLOADS = "workloads"  # the workloads' part of Ready (the drift check reads their health)
+    DRIFT = "drift"
+    DAY2 = "day2"  # hooks/health.py, from every hook contributor
+
+
+OWNS: Mapping[Owner, frozenset[ConditionType]] = {
+    Owner.RELEASE: frozenset(
+        {
+            ConditionType.READY,
+            ConditionType.RECONCILING,
+            ConditionType.STALLED,
+            ConditionType.RELEASED,
+            ConditionType.REMEDIATED,
+        }
+    ),
+    Owner.WORKLOADS: frozenset({ConditionType.READY}),
+    Owner.DRIFT: frozenset({ConditionType.DRIFTED}),
+    Owner.DAY2: frozenset({ConditionType.DAY2}),
+}
+OWNS_FIELDS: Mapping[Owner, frozenset[str]] = {
+    Owner.RELEASE: frozenset({"observedGeneration", "release", "history", "lastAttempt"}),
+    Owner.WORKLOADS: frozenset(),
+    Owner.DRIFT: frozenset(),
+    Owner.DAY2: frozenset({"day2"}),  # only status.day2.problems: the hooks write the rest of day2
+}
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """What one owner says about a resource: conditions, and status fields, that it owns."""
+
+    owner: Owner
+    conditions: tuple[Condition, ...] = ()
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        foreign = [str(c.type) for c in self.conditions if c.type not in OWNS[self.owner]]
+        foreign += [f for f in self.fields if f not in OWNS_FIELDS[self.owner]]
+        if foreign:
+            raise ValueError(f"{self.owner} does not own {', '.join(foreign)}")
+
+
+def compose(
+    existing: Sequence[Mapping[str, Any]],
+    contributions: Sequence[Contribution],
+    generation: int,
+    now: float,
+) -> list[dict[str, Any]]:
+    """The conditions after ``contributions``, in order (a later one decides a condition two
+    owners share: the workloads' part of ``Ready`` after the release's)."""
+    merged = [dict(c) for c in existing]
+    for contribution in contributions:
+        if contribution.conditions:
+            merged = merge_conditions(merged, contribution.conditions, generation, now)
+    return merged
+
+
+def status_patch_of(
+    current: Mapping[str, Any],
+    contributions: Sequence[Contribution],
+    generation: int,
+    now: float,
+) -> dict[str, Any]:
+    """The merge patch of ``.status`` from every contribution of one report: their fields, and the
+    conditions composed (a condition that ends where it started keeps its transition time)."""
+    patch: dict[str, Any] = {}
+    for contribution in contributions:
+        patch.update(contribution.fields)
+    if any(c.conditions for c in contributions):
+        before = current.get("conditions") or []
+        patch["conditions"] = keep_transitions(before, compose(before, contributions, generation, now))
+    return patch

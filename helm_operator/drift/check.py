@@ -23,8 +23,9 @@ import yaml
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.metrics import DRIFT_CORRECTIONS, DRIFT_DETECTED
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Update
+from helm_operator.core.conditions import Contribution, Owner
 from helm_operator.core.naming import DRIFT_ANNOTATION
+from helm_operator.core.vocabulary import Condition, ConditionType, Event, Reason
 from helm_operator.drift.diff import (
     ObjectDrift,
     comparable,
@@ -38,7 +39,7 @@ from helm_operator.release.health import WORKLOAD_KINDS, Health, assess
 from helm_operator.release.record import ObjectId, StoredRelease, object_id
 
 MODES = ("enabled", "warn", "disabled")
-WORKLOADS_NOT_READY = "WorkloadsNotReady"
+WORKLOADS_NOT_READY = Reason.WORKLOADS_NOT_READY
 
 
 @dataclass(frozen=True)
@@ -201,42 +202,64 @@ async def workload_health(kube: Kube, release: StoredRelease) -> Health:
     return assess(await asyncio.to_thread(live) if docs else [])
 
 
-def condition_for(report: DriftReport) -> tuple[str, bool, str, str]:
+def condition_for(report: DriftReport) -> Condition:
     """The ``Drifted`` condition after a check (paths only: no values, so no secrets)."""
+    drifted = ConditionType.DRIFTED
     if report.mode == "disabled":
-        return ("Drifted", False, "DriftCheckDisabled", "drift checks are disabled by annotation")
+        return Condition(
+            drifted, False, Reason.DRIFT_CHECK_DISABLED, "drift checks are disabled by annotation"
+        )
     if not report.drifts:
-        return ("Drifted", False, "NoDrift", "live objects match the deployed release")
+        return Condition(drifted, False, Reason.NO_DRIFT, "live objects match the deployed release")
     summary = "; ".join(d.summary() for d in report.drifts)
     if report.corrected:
-        return ("Drifted", False, "DriftCorrected", f"corrected: {summary}")
-    return ("Drifted", True, "DriftDetected", summary)
+        return Condition(drifted, False, Reason.DRIFT_CORRECTED, f"corrected: {summary}")
+    return Condition(drifted, True, Reason.DRIFT_DETECTED, summary)
 
 
-def health_updates(conditions: Sequence[Mapping[str, Any]], report: DriftReport) -> list[Update]:
+def correcting(drifts: Sequence[ObjectDrift]) -> Contribution:
+    """``Drifted=True`` with the paths, written before corrections start (kstatus: in progress)."""
+    summary = "; ".join(d.summary() for d in drifts)
+    return Contribution(Owner.DRIFT, (Condition(ConditionType.DRIFTED, True, Reason.CORRECTING, summary),))
+
+
+def health_updates(conditions: Sequence[Mapping[str, Any]], report: DriftReport) -> list[Condition]:
     """``Ready`` follows the workloads of a deployed release: False (naming what is not ready) while
     any is not, True again once all are. A Ready=False for another reason (a failed upgrade, a
     stalled resource) is never overwritten."""
     if report.health is None:
         return []
-    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    ready = next((c for c in conditions if c.get("type") == ConditionType.READY), {})
     ours = ready.get("reason") == WORKLOADS_NOT_READY
     if not report.health.ready and (ready.get("status") == "True" or ours):
-        return [("Ready", False, WORKLOADS_NOT_READY, report.health.message())]
+        return [Condition(ConditionType.READY, False, WORKLOADS_NOT_READY, report.health.message())]
     if report.health.ready and ours:
-        return [("Ready", True, "WorkloadsReady", report.health.message())]
+        return [Condition(ConditionType.READY, True, Reason.WORKLOADS_READY, report.health.message())]
     return []
 
 
-def events_for(watch: Watch, report: DriftReport) -> list[tuple[str, str, str]]:
+def contributions(conditions: Sequence[Mapping[str, Any]], report: DriftReport) -> list[Contribution]:
+    """What a check says on the status, given the conditions as decided so far: ``Drifted`` (the
+    drift's owner) and the workloads' part of ``Ready``. Only readiness read (just after Helm
+    applied the release): a first Drifted says the objects are as applied; a Drifted already there
+    stays what the last comparison found."""
+    known = any(c.get("type") == ConditionType.DRIFTED for c in conditions)
+    drifted = (condition_for(report),) if report.compared or not known else ()
+    return [
+        Contribution(Owner.DRIFT, drifted),
+        Contribution(Owner.WORKLOADS, tuple(health_updates(conditions, report))),
+    ]
+
+
+def events_for(watch: Watch, report: DriftReport) -> list[Event]:
     """One Event per drifted object (and the detection metric)."""
     events = []
     for d in report.drifts:
         DRIFT_DETECTED.labels(watch=watch.key, object_kind=d.kind).inc()
         if report.corrected:
-            events.append(("Normal", "DriftCorrected", f"re-asserted {d.summary()}"))
+            events.append(Event.normal(Reason.DRIFT_CORRECTED, f"re-asserted {d.summary()}"))
         else:
-            events.append(("Warning", "DriftDetected", d.summary()))
+            events.append(Event.warning(Reason.DRIFT_DETECTED, d.summary()))
     return events
 
 

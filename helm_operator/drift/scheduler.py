@@ -24,15 +24,15 @@ from helm_operator.adapters.metrics import WATCH_CHECKS
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import merge_conditions
+from helm_operator.core.conditions import Contribution, status_patch_of
 from helm_operator.core.locks import Concurrency
 from helm_operator.drift.check import (
     DriftReport,
     InSyncMemory,
     check_release,
-    condition_for,
+    contributions,
+    correcting,
     events_for,
-    health_updates,
     manifest_ids,
     mode_of,
     workload_health,
@@ -115,9 +115,7 @@ class DriftChecker:
         ours, or a day-2 hook paused drift correction."""
         if self.paused.get(ident.owner):
             return None
-        release = applied or await asyncio.to_thread(
-            storage.latest_release, self.kube.core, ident.name, ident.namespace, self.releases
-        )
+        release = applied or await storage.read(self.kube.core, ident, self.releases)
         if release is None or release.status != "deployed" or release.owner != ident.owner:
             return None
         if self.dependents is not None and watch.watch_dependent_resources:
@@ -147,11 +145,9 @@ class DriftChecker:
         """Write ``Drifted=True`` with the paths before corrections start (kstatus: in progress)."""
 
         async def announce(drifts: tuple[ObjectDrift, ...]) -> None:
-            summary = "; ".join(d.summary() for d in drifts)
-            merged = merge_conditions(
-                conditions, [("Drifted", True, "Correcting", summary)], generation, time.time()
-            )
-            await self.reporter.status(ref, watch.served_plural, {"conditions": merged})
+            current = {"conditions": conditions}
+            patch = status_patch_of(current, [correcting(drifts)], generation, time.time())
+            await self.reporter.status(ref, watch.served_plural, patch)
 
         return announce
 
@@ -161,17 +157,11 @@ class DriftChecker:
         ref: ObjectRef,
         report: DriftReport,
         conditions: Sequence[Mapping[str, Any]],
-        generation: int,
-    ) -> list[dict[str, Any]]:
-        """Post the Events of a check; return the conditions with ``Drifted`` (and ``Ready``, from
-        the workloads' health) updated."""
+    ) -> list[Contribution]:
+        """Post the Events of a check; return its contributions to the status (``Drifted``, and
+        the workloads' part of ``Ready``), given the conditions as decided so far."""
         await self.reporter.events(ref, events_for(watch, report))
-        # Only readiness read (just after Helm applied the release): a first Drifted says the objects
-        # are as applied; a Drifted already there stays what the last comparison found.
-        known = any(c.get("type") == "Drifted" for c in conditions)
-        drifted = [condition_for(report)] if report.compared or not known else []
-        updates = [*drifted, *health_updates(conditions, report)]
-        return merge_conditions(conditions, updates, generation, time.time())
+        return contributions(conditions, report)
 
 
 class DriftScheduler:
@@ -256,6 +246,9 @@ class DriftScheduler:
                 report = await self.checker.readiness(watch, ident, annotations)
             if report is None:
                 return
-            conditions = await self.checker.report(watch, ref, report, current, generation)
-            if report.corrected or conditions != current:  # corrected: replace "Correcting"
-                await self.checker.reporter.status(ref, watch.served_plural, {"conditions": conditions})
+            said = await self.checker.report(watch, ref, report, current)
+            patch = status_patch_of({"conditions": current}, said, generation, time.time())
+            if (
+                report.corrected or patch.get("conditions", current) != current
+            ):  # corrected: replace "Correcting"
+                await self.checker.reporter.status(ref, watch.served_plural, patch)

@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from helm_operator.core.conditions import Update
+from helm_operator.core.conditions import Contribution, Owner
+from helm_operator.core.vocabulary import Condition, ConditionType, Reason
 
-CONDITION = "Day2"
+CONDITION = ConditionType.DAY2
 PROBLEMS = "problems"  # key under status.day2
 
 
@@ -64,17 +65,25 @@ class Health:
     def forget(self, owner: str) -> None:
         self._failing.pop(owner, None)
 
-    def condition(self, owner: str) -> Update:
+    def condition(self, owner: str) -> Condition:
         return condition_of(self.failing(owner))
 
     def problems(self, owner: str) -> list[dict[str, str]]:
         return [p.to_status() for p in self.failing(owner)]
 
+    def contribution(self, owner: str, day2: Mapping[str, Any] | None) -> Contribution:
+        """``Day2``, and ``status.day2.problems`` where they differ from ``day2`` (the status's)."""
+        problems = self.problems(owner)
+        fields = {} if (day2 or {}).get(PROBLEMS) == problems else {"day2": {PROBLEMS: problems}}
+        return Contribution(Owner.DAY2, (self.condition(owner),), fields)
 
-def condition_of(failing: Sequence[Problem]) -> Update:
+
+def condition_of(failing: Sequence[Problem]) -> Condition:
     """``Day2``: False with the first failing source's reason and every source's message (each
     names its hook or field)."""
     if not failing:
-        return (CONDITION, True, "HooksSucceeded", "every day-2 hook succeeded the last time it ran")
+        return Condition(
+            CONDITION, True, Reason.HOOKS_SUCCEEDED, "every day-2 hook succeeded the last time it ran"
+        )
     message = "; ".join(dict.fromkeys(p.message for p in failing))
-    return (CONDITION, False, failing[0].reason, message)
+    return Condition(CONDITION, False, failing[0].reason, message)

@@ -45,7 +45,7 @@ def next_attempts(previous: Attempts, outcome: Outcome, now: float, context: str
             float(int(now)),
             outcome.permanent,
             outcome.action,
-            outcome.reason,
+            str(outcome.reason),  # a plain string, as it is read back from the status
             context,
         )
     if outcome.phase == "ready":

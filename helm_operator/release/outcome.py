@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from helm_operator.core.vocabulary import Reason
 from helm_operator.release.record import StoredRelease
 
 Phase = Literal["ready", "failed", "stalled", "progressing"]
@@ -19,10 +20,10 @@ class Remediation:
     message: str
 
     @property
-    def reason(self) -> str:
+    def reason(self) -> Reason:
         if self.kind == "rollback":
-            return "RolledBack" if self.succeeded else "RollbackFailed"
-        return "CleanedUp" if self.succeeded else "CleanupFailed"
+            return Reason.ROLLED_BACK if self.succeeded else Reason.ROLLBACK_FAILED
+        return Reason.CLEANED_UP if self.succeeded else Reason.CLEANUP_FAILED
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Outcome:
     """The result of one reconcile, in the terms the status speaks."""
 
     phase: Phase
-    reason: str
+    reason: str  # a ``Reason``, or one from Helm's error classes or a hook's result
     message: str
     action: str | None = None  # the Helm action that ran, if any
     release: StoredRelease | None = None

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from helm_operator.core.conditions import Update, merge_conditions, rfc3339
+from helm_operator.core.conditions import Contribution, Owner, rfc3339, status_patch_of
+from helm_operator.core.vocabulary import Condition, ConditionType, Reason
 from helm_operator.release.attempts import Attempts, attempts_from_status, attempts_to_status, next_attempts
 from helm_operator.release.outcome import Outcome
 
@@ -24,39 +25,50 @@ def status_patch(
     now: float,
     attempts: Attempts | None = None,
 ) -> dict[str, Any]:
-    """The status fields to write after a reconcile (a merge patch of ``.status``).
+    """The status fields to write after a reconcile (a merge patch of ``.status``), when the
+    release's is the only contribution."""
+    contribution = release_contribution(current, outcome, generation, now, attempts)
+    return status_patch_of(current, [contribution], generation, now)
+
+
+def release_contribution(
+    current: Mapping[str, Any],
+    outcome: Outcome,
+    generation: int,
+    now: float,
+    attempts: Attempts | None = None,
+) -> Contribution:
+    """The release's part of the status after a reconcile: its conditions and fields.
 
     ``attempts`` is the failure memory to record; by default it is derived from the status.
     """
     ok = outcome.phase == "ready"
-    updates: list[Update] = [
-        ("Ready", ok, outcome.reason, outcome.message),
-        (
-            "Reconciling",
+    stalled = outcome.phase == "stalled"
+    updates = [
+        Condition(ConditionType.READY, ok, outcome.reason, outcome.message),
+        Condition(
+            ConditionType.RECONCILING,
             outcome.phase == "progressing" or outcome.phase == "failed",
             outcome.reason,
             outcome.message if outcome.phase in ("progressing", "failed") else "",
         ),
-        (
-            "Stalled",
-            outcome.phase == "stalled",
-            outcome.reason if outcome.phase == "stalled" else "NotStalled",
-            outcome.message if outcome.phase == "stalled" else "",
+        Condition(
+            ConditionType.STALLED,
+            stalled,
+            outcome.reason if stalled else Reason.NOT_STALLED,
+            outcome.message if stalled else "",
         ),
     ]
     if outcome.action or outcome.phase == "ready":
         released_ok = ok or (outcome.phase == "progressing")
-        updates.append(("Released", released_ok, outcome.reason, outcome.message))
+        updates.append(Condition(ConditionType.RELEASED, released_ok, outcome.reason, outcome.message))
     if outcome.remediation is not None:
         r = outcome.remediation
-        updates.append(("Remediated", r.succeeded, r.reason, r.message))
-    elif ok and any(c.get("type") == "Remediated" for c in current.get("conditions", [])):
-        updates.append(("Remediated", False, "Healthy", "no remediation needed"))
+        updates.append(Condition(ConditionType.REMEDIATED, r.succeeded, r.reason, r.message))
+    elif ok and any(c.get("type") == ConditionType.REMEDIATED for c in current.get("conditions", [])):
+        updates.append(Condition(ConditionType.REMEDIATED, False, Reason.HEALTHY, "no remediation needed"))
 
-    patch: dict[str, Any] = {
-        "observedGeneration": generation,
-        "conditions": merge_conditions(current.get("conditions", []), updates, generation, now),
-    }
+    patch: dict[str, Any] = {"observedGeneration": generation}
 
     previous = attempts_from_status(current)
     nxt = attempts if attempts is not None else next_attempts(previous, outcome, now)
@@ -91,15 +103,15 @@ def status_patch(
             "time": rfc3339(now),
         }
         patch["history"] = ([entry, *list(current.get("history") or [])])[:HISTORY_MAX]
-    return patch
+    return Contribution(Owner.RELEASE, tuple(updates), patch)
 
 
 PROGRESS_REASONS = {
-    "install": "Installing",
-    "upgrade": "Upgrading",
-    "reinstall": "Reinstalling",
-    "rollback": "RollingBack",
-    "uninstall": "Uninstalling",
+    "install": Reason.INSTALLING,
+    "upgrade": Reason.UPGRADING,
+    "reinstall": Reason.REINSTALLING,
+    "rollback": Reason.ROLLING_BACK,
+    "uninstall": Reason.UNINSTALLING,
 }
 
 
@@ -109,13 +121,11 @@ def progress_patch(
     """What the status says while a Helm action runs (kstatus: in progress for this generation):
     ``Reconciling=True`` with the action, ``Ready=Unknown``; ``kubectl wait --for=condition=Ready``
     keeps waiting until the action's outcome is written."""
-    reason = PROGRESS_REASONS.get(action, "Progressing")
-    updates: list[Update] = [
-        ("Ready", None, reason, message),
-        ("Reconciling", True, reason, message),
-        ("Stalled", False, "NotStalled", ""),
+    reason = PROGRESS_REASONS.get(action, Reason.PROGRESSING)
+    updates = [
+        Condition(ConditionType.READY, None, reason, message),
+        Condition(ConditionType.RECONCILING, True, reason, message),
+        Condition(ConditionType.STALLED, False, Reason.NOT_STALLED, ""),
     ]
-    return {
-        "observedGeneration": generation,
-        "conditions": merge_conditions(current.get("conditions", []), updates, generation, now),
-    }
+    contribution = Contribution(Owner.RELEASE, tuple(updates), {"observedGeneration": generation})
+    return status_patch_of(current, [contribution], generation, now)

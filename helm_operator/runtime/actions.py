@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import PERMANENT_REASONS, Applied, Helm, HelmAborted, HelmError
 from helm_operator.adapters.kube import Kube
-from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.core.naming import REVISION_LABEL
-from helm_operator.release.identity import ReleaseId
+from helm_operator.core.vocabulary import Reason
 from helm_operator.release.outcome import Outcome, Remediation
 from helm_operator.release.record import StoredRelease, from_body
 from helm_operator.release.state import Action
@@ -32,12 +31,6 @@ class ActionContext:
     before: StoredRelease | None  # the latest revision when the action was decided
     scopes: Mapping[str, bool]  # which kinds are namespaced, from discovery (for the post-renderer)
     abort: asyncio.Event | None = None  # set when the resource is being deleted: stop helm
-
-
-async def read(kube: Kube, ident: ReleaseId, index: ReleaseIndex | None = None) -> StoredRelease | None:
-    """The release's latest revision in Helm's storage (read in a thread), or the one the index
-    remembers while the storage still holds exactly that as the newest."""
-    return await asyncio.to_thread(storage.latest_release, kube.core, ident.name, ident.namespace, index)
 
 
 async def _apply(ctx: ActionContext) -> StoredRelease | None:
@@ -60,7 +53,7 @@ async def _apply(ctx: ActionContext) -> StoredRelease | None:
         abort=ctx.abort,
         server_side=ctx.before is None or ctx.before.apply_method == "ssa",
     )
-    return _printed(out, ctx, labels) or await read(ctx.kube, t.ident)
+    return _printed(out, ctx, labels) or await storage.read(ctx.kube.core, t.ident)
 
 
 def _printed(applied: Applied, ctx: ActionContext, labels: Mapping[str, str]) -> StoredRelease | None:
@@ -90,7 +83,7 @@ def _permanent(exc: HelmError, action: str, t: Target) -> Outcome:
     return Outcome("stalled", exc.reason, exc.message, action=action, digest=t.digest, permanent=True)
 
 
-def _succeeded(action: str, reason: str, done: str, rel: StoredRelease | None, t: Target) -> Outcome:
+def _succeeded(action: str, reason: Reason, done: str, rel: StoredRelease | None, t: Target) -> Outcome:
     return Outcome(
         "ready", reason, f"{done} {rel.revision if rel else '?'}", action=action, release=rel, digest=t.digest
     )
@@ -98,7 +91,7 @@ def _succeeded(action: str, reason: str, done: str, rel: StoredRelease | None, t
 
 def _aborted(action: str, t: Target) -> Outcome:
     return Outcome(
-        "progressing", "Cancelled", f"{action} stopped: the resource is being deleted", digest=t.digest
+        "progressing", Reason.CANCELLED, f"{action} stopped: the resource is being deleted", digest=t.digest
     )
 
 
@@ -121,14 +114,14 @@ async def install(ctx: ActionContext) -> Outcome:
             )
         return Outcome(
             "failed",
-            "InstallFailed",
+            Reason.INSTALL_FAILED,
             exc.message,
             action="install",
             digest=t.digest,
             remediation=cleanup,
-            release=await read(ctx.kube, t.ident),
+            release=await storage.read(ctx.kube.core, t.ident),
         )
-    return _succeeded("install", "InstallSucceeded", "installed revision", rel, t)
+    return _succeeded("install", Reason.INSTALL_SUCCEEDED, "installed revision", rel, t)
 
 
 async def upgrade(ctx: ActionContext) -> Outcome:
@@ -145,14 +138,14 @@ async def upgrade(ctx: ActionContext) -> Outcome:
             remediation = await _rollback(ctx)
         return Outcome(
             "failed",
-            "UpgradeFailed",
+            Reason.UPGRADE_FAILED,
             exc.message,
             action="upgrade",
             digest=t.digest,
             remediation=remediation,
-            release=await read(ctx.kube, t.ident),
+            release=await storage.read(ctx.kube.core, t.ident),
         )
-    return _succeeded("upgrade", "UpgradeSucceeded", "upgraded to revision", rel, t)
+    return _succeeded("upgrade", Reason.UPGRADE_SUCCEEDED, "upgraded to revision", rel, t)
 
 
 async def _rollback(ctx: ActionContext) -> Remediation:
@@ -177,12 +170,12 @@ async def rollback(ctx: ActionContext) -> Outcome:
     remediation = await _rollback(ctx)
     return Outcome(
         "failed",
-        "UpgradeFailed",
+        Reason.UPGRADE_FAILED,
         f"the last upgrade with these values failed; {remediation.message}",
         action="rollback",
         digest=t.digest,
         remediation=remediation,
-        release=await read(ctx.kube, t.ident),
+        release=await storage.read(ctx.kube.core, t.ident),
     )
 
 
@@ -192,7 +185,7 @@ async def reinstall(ctx: ActionContext) -> Outcome:
     try:
         await ctx.helm.uninstall(t.ident.name, t.ident.namespace, timeout=t.watch.timeout, wait=True)
     except HelmError as exc:
-        return Outcome("failed", "UninstallFailed", exc.message, action="uninstall", digest=t.digest)
+        return Outcome("failed", Reason.UNINSTALL_FAILED, exc.message, action="uninstall", digest=t.digest)
     return await install(dataclasses.replace(ctx, before=None))  # its history is gone with it
 
 

@@ -48,8 +48,9 @@ from helm_operator.runtime.fence import Fence, FencedApiClient
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
 from helm_operator.runtime.leader import LeaderSettings, Leadership
 from helm_operator.runtime.probes import Probes, serve
-from helm_operator.runtime.reconcile import Runtime, finalize
+from helm_operator.runtime.reconcile import finalize
 from helm_operator.runtime.resyncs import Resyncs
+from helm_operator.runtime.services import Runtime
 from helm_operator.runtime.sweeper import in_patterns, sweep_terminating
 
 log = logging.getLogger(__name__)

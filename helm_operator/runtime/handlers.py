@@ -21,18 +21,19 @@ from kubernetes.client.exceptions import ApiException
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.adapters.metrics import RECONCILE_DURATION, RECONCILES, RESYNCS, ReleaseStates
 from helm_operator.config.watches import Watch, selector_matches
-from helm_operator.core.conditions import Update, keep_transitions, merge_conditions, says
+from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
 from helm_operator.core.naming import FINALIZER
+from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason, events_of
 from helm_operator.drift.scheduler import DriftScheduler
-from helm_operator.hooks.health import PROBLEMS
 from helm_operator.release.identity import identify
-from helm_operator.release.status import status_patch
+from helm_operator.release.status import release_contribution
 from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.idle import status_digest, unchanged, written
 from helm_operator.runtime.probes import Probes
-from helm_operator.runtime.reconcile import Runtime, UninstallBlocked, finalize, reconcile
+from helm_operator.runtime.reconcile import UninstallBlocked, UninstallFailed, finalize, reconcile
 from helm_operator.runtime.resyncs import Resyncs
+from helm_operator.runtime.services import Runtime
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
 UNREACHABLE = "API server unreachable"
@@ -215,29 +216,26 @@ class Handlers:
                 # kind's slot goes to the next resource (a full drift comparison keeps it).
                 turn.leave_slot()
             self.states.set(watch.key, cr.ident.key, phase)
-            patch = status_patch(cr.status, result.outcome, generation, time.time(), result.attempts)
+            now = time.time()
+            said = [release_contribution(cr.status, result.outcome, generation, now, result.attempts)]
             events = list(result.events)
-            updates: list[Update] = []
             if rt.day2 is not None and rt.day2.of(watch) is not None:
-                events += await rt.day2.sync(watch, cr.body)
-                day2_condition, problems = rt.day2.status_of(watch, cr.body)
-                updates.append(day2_condition)  # decided from every contributor at once
-                if (cr.status.get("day2") or {}).get(PROBLEMS) != problems:
-                    patch["day2"] = {PROBLEMS: problems}
-            if updates:
-                patch["conditions"] = merge_conditions(patch["conditions"], updates, generation, time.time())
+                events += events_of(await rt.day2.sync(watch, cr.body))
+                day2 = cr.status.get("day2")
+                rt.day2.health.seed(cr.ident.owner, day2)
+                said.append(rt.day2.health.contribution(cr.ident.owner, day2))  # every contributor at once
             announced, report = result.announced, None
             if result.outcome.phase == "ready":
                 # The safety net: every reconcile (also on resume and each resync) checks drift.
                 self.drift.track(watch, meta.namespace, meta.name)
                 checker = rt.drift
-                announce = checker.announcer(watch, ref, patch["conditions"], generation)
+                so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
+                announce = checker.announcer(watch, ref, so_far, generation)
                 report = await checker.check(watch, cr.ident, cr.annotations, announce, applied)
                 announced = announced or (report is not None and report.corrected)  # "Correcting"
                 if report is not None:
-                    conditions = patch["conditions"]
-                    patch["conditions"] = await checker.report(watch, ref, report, conditions, generation)
-            patch["conditions"] = keep_transitions(cr.status.get("conditions", []), patch["conditions"])
+                    said += await checker.report(watch, ref, report, so_far)
+            patch = status_patch_of(cr.status, said, generation, now)
             writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
             if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
                 writes.append(rt.reporter.status(ref, watch.served_plural, patch))
@@ -310,9 +308,9 @@ class Handlers:
                 # failure that only a change can cure is not tried again meanwhile, and waiting
                 # for a running backup logs no error.
                 await self._until_changed(body or {}, exc.result.retry_after)
-            except RuntimeError as exc:
+            except UninstallFailed as exc:
                 RECONCILES.labels(watch=watch.key, action="uninstall", result="failed").inc()
-                await rt.reporter.events(ref, [("Warning", "UninstallFailed", str(exc))])
+                await rt.reporter.events(ref, [Event.warning(Reason.UNINSTALL_FAILED, str(exc))])
                 raise kopf.TemporaryError(str(exc), delay=10) from None
         RECONCILES.labels(watch=watch.key, action="uninstall", result="ready").inc()
         self.states.forget(watch.key, identify(watch, meta.namespace, meta.name).key)
@@ -320,7 +318,7 @@ class Handlers:
         rt.settled.pop(identify(watch, meta.namespace, meta.name).key, None)
         if rt.day2 is not None:
             rt.day2.forget(watch, meta.namespace, meta.name)
-        await rt.reporter.events(ref, [*events, ("Normal", "Uninstalled", message)])
+        await rt.reporter.events(ref, [*events, Event.normal(Reason.UNINSTALLED, message)])
 
     async def _blocked(self, ref: ObjectRef, body: Mapping[str, Any], exc: UninstallBlocked) -> None:
         """Say on the resource why its deletion waits, the Event only when that is new: a
@@ -330,22 +328,22 @@ class Handlers:
         conditions = status.get("conditions") or []
         generation = int((body.get("metadata") or {}).get("generation") or 0)
         r = exc.result
-        before = next((c for c in conditions if c.get("type") == "Ready"), None)
-        updates: list[Update] = [("Ready", False, r.reason, r.message), ("Stalled", False, r.reason, "")]
-        patch: dict[str, Any] = {}
+        before = next((c for c in conditions if c.get("type") == ConditionType.READY), None)
+        held = (
+            Condition(ConditionType.READY, False, r.reason, r.message),
+            Condition(ConditionType.STALLED, False, r.reason, ""),
+        )
+        said = [Contribution(Owner.RELEASE, held)]
         if rt.day2 is not None and body:
             owner = identify(self.watch, ref.namespace, ref.name).owner
             rt.day2.health.seed(owner, status.get("day2"))
             rt.day2.health.report(owner, "uninstall", r.problem)
-            condition, problems = rt.day2.status_of(self.watch, body)
-            updates.append(condition)
-            patch["day2"] = {PROBLEMS: problems}
-        patch["conditions"] = merge_conditions(conditions, updates, generation, time.time())
+            said.append(rt.day2.health.contribution(owner, None))  # the problems are always written
+        patch = status_patch_of(status, said, generation, time.time())
         await rt.reporter.status(ref, self.watch.served_plural, patch)
-        said = (
-            [] if says(before, r.message) else [("Normal" if r.waiting else "Warning", r.reason, r.message)]
-        )
-        await rt.reporter.events(ref, [*exc.events, *said])
+        etype = EventType.NORMAL if r.waiting else EventType.WARNING
+        said_events = [] if says(before, r.message) else [Event(etype, r.reason, r.message)]
+        await rt.reporter.events(ref, [*exc.events, *said_events])
 
     async def _until_changed(self, body: Mapping[str, Any], timeout: float | None) -> None:
         """Until the resource's annotations or spec change (or it is gone), or ``timeout``."""

@@ -13,28 +13,14 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from helm_operator.config.charts import ChartInfo
 from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.services import Runtime, Settled
 
-if TYPE_CHECKING:
-    from helm_operator.runtime.reconcile import Runtime
+__all__ = ["FULL_READ_EVERY", "Settled", "status_digest", "unchanged", "written"]
 
 FULL_READ_EVERY = 600.0  # seconds a memory decision may rest on the watches alone
-
-
-@dataclass(frozen=True)
-class Settled:
-    """What a reconcile that had nothing to do saw (recorded once its status is written)."""
-
-    uid: str | None
-    generation: int
-    chart: ChartInfo
-    storage: str  # the release's storage fingerprint
-    since: float  # time.monotonic() of the reads it rests on
-    status: str = ""  # digest of the status as written
 
 
 def status_digest(status: Mapping[str, Any]) -> str:

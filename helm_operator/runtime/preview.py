@@ -59,9 +59,9 @@ from helm_operator.preview.plan import (
 )
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.state import Action, ReleaseState
-from helm_operator.runtime.actions import read
 from helm_operator.runtime.desired import Resource, Target
-from helm_operator.runtime.reconcile import Runtime, desired
+from helm_operator.runtime.reconcile import desired
+from helm_operator.runtime.services import Runtime
 
 
 class PreviewError(Exception):
@@ -174,7 +174,7 @@ class Previewer:
         target = await self._target(cr, where)
         secrets.append(target.values)
         base = replace(base, secrets=(*base.secrets, target.values))
-        release = await read(kube, target.ident)
+        release = await storage.read(kube.core, target.ident)
         state, p = release_plan(release, target.digest, target.ident.owner, watch.rollback_on_failure)
         base = replace(base, action=p.action.value, reason=p.reason)
         if state is ReleaseState.UNMANAGED:

@@ -12,24 +12,21 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters import storage
 from helm_operator.adapters.discovery import Discovery
-from helm_operator.adapters.helm import Helm, HelmError
+from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
-from helm_operator.adapters.release_index import ReleaseIndex
-from helm_operator.adapters.report import Event, Reporter
-from helm_operator.config.charts import ChartInfo, ChartRef, load_chart
+from helm_operator.config.charts import ChartInfo, ChartRef
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import says
-from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.values import user_values
-from helm_operator.drift.scheduler import DriftChecker
+from helm_operator.core.vocabulary import ConditionType, Event, EventType, Reason, events_of
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Stage
 from helm_operator.hooks.runner import HookResult
@@ -37,62 +34,16 @@ from helm_operator.release.attempts import Attempts, attempts_from_status, next_
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
-from helm_operator.release.state import Action, Plan, ReleaseState, RetryPolicy, determine_state, plan
+from helm_operator.release.state import Action, Plan, ReleaseState, determine_state, plan
 from helm_operator.release.status import progress_patch
-from helm_operator.runtime.actions import ACTIONS, ActionContext, read
+from helm_operator.runtime.actions import ACTIONS, ActionContext
 from helm_operator.runtime.desired import Resource, Target, prepare
-from helm_operator.runtime.idle import Settled
+from helm_operator.runtime.services import Runtime, Settled
 
 log = logging.getLogger(__name__)
 
 DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
 PROGRESS_GRACE = 3.0  # an action still running after this long is announced on the status
-CHART_RESTAT = 5.0  # seconds a local chart's files are not looked at again
-
-
-@dataclass
-class Runtime:
-    """The adapters and shared state of one operator process, built once by the application."""
-
-    helm: Helm
-    kube: Kube
-    discovery: Discovery
-    reporter: Reporter
-    drift: DriftChecker
-    concurrency: Concurrency = field(default_factory=Concurrency)
-    day2: Day2 | None = None  # the watches' day-2 hooks (None: no watch names any)
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # Failure memory per release, newer than the CR status a handler may have been given.
-    attempts: dict[str, Attempts] = field(default_factory=dict)
-    draining: bool = False
-    releases: ReleaseIndex | None = None  # fingerprints of Helm's storage (None: always read it)
-    # release key -> what the last reconcile found in sync (for resyncs decided from memory)
-    settled: dict[str, Settled] = field(default_factory=dict)
-    _charts: dict[str, tuple[float, float, ChartInfo]] = field(default_factory=dict)
-
-    async def local_chart(self, watch: Watch) -> ChartRef:
-        """The chart as a local directory or .tgz; remote charts are pulled once into the cache."""
-        if watch.chart.is_local:
-            return watch.chart
-        path = await self.helm.pull(watch.chart)
-        return ChartRef(ref=watch.chart.ref, path=path, version=watch.chart.version)
-
-    def chart(self, ref: ChartRef) -> ChartInfo:
-        """Chart metadata, cached until a file of the chart changes (looked at every few seconds)."""
-        path = ref.path
-        assert path is not None
-        now = time.monotonic()
-        cached = self._charts.get(str(path))
-        if cached and now - cached[0] < CHART_RESTAT:
-            return cached[2]
-        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-        stamp = max((p.stat().st_mtime for p in files), default=0.0) + len(files)
-        if cached and cached[1] == stamp:
-            self._charts[str(path)] = (now, stamp, cached[2])
-            return cached[2]
-        info = load_chart(ref)
-        self._charts[str(path)] = (now, stamp, info)
-        return info
 
 
 @dataclass(frozen=True)
@@ -108,7 +59,7 @@ class Result:
 def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
     """The Stalled condition if it already says ``reason`` (so a resync does not announce it again)."""
     for c in cr.status.get("conditions", []):
-        if c.get("type") == "Stalled" and c.get("status") == "True" and c.get("reason") == reason:
+        if c.get("type") == ConditionType.STALLED and c.get("status") == "True" and c.get("reason") == reason:
             return dict(c)
     return None
 
@@ -117,7 +68,7 @@ def _stall(cr: Resource, outcome: Outcome, retry_after: float | None = None) -> 
     """A stalled outcome, announced by a Warning once rather than on every resync."""
     if says(_stalled_before(cr, outcome.reason), outcome.message):
         return Result(outcome, retry_after=retry_after)
-    return Result(outcome, retry_after=retry_after, events=(("Warning", outcome.reason, outcome.message),))
+    return Result(outcome, retry_after=retry_after, events=(Event.warning(outcome.reason, outcome.message),))
 
 
 async def reconcile(rt: Runtime, cr: Resource) -> Result:
@@ -130,7 +81,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         chart_ref = await rt.local_chart(watch)
         chart = rt.chart(chart_ref)
     except Exception as exc:  # unreadable chart: a configuration problem, not worth retrying fast
-        outcome = Outcome("stalled", "ChartLoadFailed", f"cannot load chart {watch.chart.ref}: {exc}")
+        outcome = Outcome("stalled", Reason.CHART_LOAD_FAILED, f"cannot load chart {watch.chart.ref}: {exc}")
         return _stall(cr, outcome, retry_after=watch.reconcile_period)
     key = cr.ident.key
     events: list[Event] = []
@@ -167,7 +118,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
             return dataclasses.replace(result, settled=settled)
         return result
     if rt.draining:
-        outcome = Outcome("progressing", "ShuttingDown", "operator is shutting down")
+        outcome = Outcome("progressing", Reason.SHUTTING_DOWN, "operator is shutting down")
         return Result(outcome, retry_after=5, events=tuple(events))
     stage = HOOK_STAGE.get(p.action)
     if hooks is not None and stage is not None:
@@ -186,7 +137,7 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
         hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
-            events.append(("Warning", after.reason, after.message))
+            events.append(Event.warning(after.reason, after.message))
     result = _report(rt, key, attempts, outcome, events, target.context)
     return Result(result.outcome, result.retry_after, result.events, result.attempts, announced.is_set())
 
@@ -204,7 +155,7 @@ async def desired(
     built by exactly the code a reconcile runs."""
     values = user_values(cr.spec, cr.watch.override_values)
     if hooks is not None:
-        translated = await hooks.translate(cr.watch, cr.body, values, await read(kube, cr.ident))
+        translated = await hooks.translate(cr.watch, cr.body, values, await storage.read(kube.core, cr.ident))
         if isinstance(translated, HookResult):
             return translated
         values = translated
@@ -231,7 +182,7 @@ def _hook_failed(result: HookResult, digest: str | None) -> Result:
     phase: Phase = "stalled" if result.permanent else "failed"
     outcome = Outcome(phase, result.reason, result.message, digest=digest)
     return Result(
-        outcome, retry_after=result.retry_after, events=(("Warning", result.reason, result.message),)
+        outcome, retry_after=result.retry_after, events=(Event.warning(result.reason, result.message),)
     )
 
 
@@ -240,7 +191,7 @@ async def _decide(
 ) -> tuple[StoredRelease | None, ReleaseState, Plan]:
     """Read Helm's storage and plan; a stale pending-* release is unlocked first, then re-planned."""
     for attempt in range(3):
-        release = await read(rt.kube, target.ident, rt.releases if attempt == 0 else None)
+        release = await storage.read(rt.kube.core, target.ident, rt.releases if attempt == 0 else None)
         state = determine_state(release, target.digest, target.ident.owner)
         p = plan(
             state,
@@ -256,7 +207,9 @@ async def _decide(
         if rt.releases is not None:
             rt.releases.forget(target.ident.namespace, target.ident.name)
         await asyncio.to_thread(storage.unlock, rt.kube.core, target.ident.name, target.ident.namespace)
-        events.append(("Warning", "Unlocked", f"release {target.ident.name}: {p.reason}; marked failed"))
+        events.append(
+            Event.warning(Reason.UNLOCKED, f"release {target.ident.name}: {p.reason}; marked failed")
+        )
     return release, state, p
 
 
@@ -273,28 +226,30 @@ def _without_action(
     if p.action is Action.NOTHING and state is ReleaseState.UNMANAGED:
         msg = f"Helm release {ns}/{name} exists but is not managed by this resource; delete or rename it"
         result = _stall(
-            cr, Outcome("stalled", "ReleaseNotOwned", msg), retry_after=target.watch.reconcile_period
+            cr, Outcome("stalled", Reason.RELEASE_NOT_OWNED, msg), retry_after=target.watch.reconcile_period
         )
         return Result(result.outcome, result.retry_after, (*events, *result.events))
     if p.action is Action.NOTHING:
         revision = release.revision if release else "?"
         outcome = Outcome(
             "ready",
-            "ReconciliationSucceeded",
+            Reason.RECONCILIATION_SUCCEEDED,
             f"release {name} revision {revision} is up to date",
             release=release,
             digest=target.digest,
         )
         return Result(outcome, events=tuple(events))
     if p.action is Action.WAIT:
-        outcome = Outcome("progressing", attempts.reason or "RetryPending", p.reason, digest=target.digest)
+        outcome = Outcome(
+            "progressing", attempts.reason or Reason.RETRY_PENDING, p.reason, digest=target.digest
+        )
         return Result(outcome, retry_after=p.delay, events=tuple(events))
     # GIVE_UP: keep what the status already says (e.g. RenderFailed with Helm's message).
-    reason = (attempts.reason if attempts.permanent else None) or "RetriesExhausted"
+    reason = (attempts.reason if attempts.permanent else None) or Reason.RETRIES_EXHAUSTED
     already = _stalled_before(cr, reason)
     message = str(already.get("message")) if already else p.reason
     outcome = Outcome("stalled", reason, message, release=release, digest=target.digest)
-    return Result(outcome, events=tuple(events) if already else (*events, ("Warning", reason, p.reason)))
+    return Result(outcome, events=tuple(events) if already else (*events, Event.warning(reason, p.reason)))
 
 
 @contextlib.asynccontextmanager
@@ -361,11 +316,11 @@ def _report(
     """Failure memory, Events and the retry delay for an action's outcome."""
     new_attempts = next_attempts(attempts, outcome, time.time(), context)
     rt.attempts[key] = new_attempts
-    etype = "Normal" if outcome.phase in ("ready", "progressing") else "Warning"
-    events.append((etype, outcome.reason, outcome.message))
+    etype = EventType.NORMAL if outcome.phase in ("ready", "progressing") else EventType.WARNING
+    events.append(Event(etype, outcome.reason, outcome.message))
     if outcome.remediation is not None:
         r = outcome.remediation
-        events.append(("Normal" if r.succeeded else "Warning", r.reason, r.message))
+        events.append(Event(EventType.NORMAL if r.succeeded else EventType.WARNING, r.reason, r.message))
     retry = None
     if outcome.phase == "failed":
         retry = rt.retry.delay(attempts.failures + 1 if attempts.digest == outcome.digest else 1)
@@ -410,6 +365,14 @@ class UninstallBlocked(RuntimeError):
         self.result, self.events = result, events
 
 
+class UninstallFailed(RuntimeError):
+    """Helm's uninstall failed: the deletion is retried (the CLI's ``finalize`` reports it)."""
+
+    def __init__(self, release: str, message: str) -> None:
+        super().__init__(f"uninstall of {release} failed: {message}")
+        self.release, self.message = release, message
+
+
 async def finalize(
     rt: Runtime, watch: Watch, namespace: str | None, name: str, body: Mapping[str, Any] | None = None
 ) -> tuple[str, list[Event]]:
@@ -419,7 +382,7 @@ async def finalize(
     hooks = rt.day2 if body is not None and rt.day2 is not None and rt.day2.of(watch) is not None else None
     events: list[Event] = []
     async with rt.concurrency.release(watch.key, ident.key):
-        release = await read(rt.kube, ident)
+        release = await storage.read(rt.kube.core, ident)
         if release is None:
             # Helm's record may be gone before its objects (the namespace controller deletes the
             # release Secrets of a terminating namespace): what lives outside the namespace is
@@ -430,7 +393,8 @@ async def finalize(
         if release.owner != ident.owner:
             return f"release {ident.key} is not managed by this resource; left in place", events
         if hooks is not None and body is not None:
-            verdict, events = await hooks.before_uninstall(watch, body, release)
+            verdict, raw = await hooks.before_uninstall(watch, body, release)
+            events = events_of(raw)
             if not verdict.ok:
                 raise UninstallBlocked(verdict, events)
         if release.status in PENDING_STATUSES:  # its writer was stopped or killed: free it first
@@ -440,9 +404,9 @@ async def finalize(
         try:
             await rt.helm.uninstall(ident.name, ident.namespace, timeout=watch.timeout, wait=True)
         except HelmError as exc:
-            raise RuntimeError(f"uninstall of {ident.name} failed: {exc.message}") from None
+            raise UninstallFailed(ident.name, exc.message) from None
         if hooks is not None and body is not None:
             after = await hooks.around("after", "uninstall", watch, body, {}, None)
             if not after.ok:
-                events.append(("Warning", after.reason, after.message))
+                events.append(Event.warning(after.reason, after.message))
     return f"release {ident.name} uninstalled", events

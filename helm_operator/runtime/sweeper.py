@@ -12,8 +12,9 @@ from helm_operator.config.watches import Watch
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
 from helm_operator.runtime.handlers import resource_key
-from helm_operator.runtime.reconcile import Runtime, finalize
+from helm_operator.runtime.reconcile import UninstallFailed, finalize
 from helm_operator.runtime.resyncs import Resyncs
+from helm_operator.runtime.services import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ async def _sweep_once(
                     # No uninstall hooks: a terminating namespace accepts no new objects (no final
                     # backup Job could start), and the namespace's deletion must not hang on them.
                     message, _ = await finalize(runtime, watch, ns, meta["name"])
-                except RuntimeError as exc:
+                except UninstallFailed as exc:
                     log.warning("cannot finish deleting %s/%s: %s", ns, meta["name"], exc)
                     continue
                 drift.forget(watch, ns, meta["name"])

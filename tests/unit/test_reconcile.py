@@ -20,7 +20,8 @@ from helm_operator.release.record import ObjectId
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.idle import status_digest, unchanged
-from helm_operator.runtime.reconcile import Runtime, reconcile
+from helm_operator.runtime.reconcile import reconcile
+from helm_operator.runtime.services import Runtime
 
 TINY = Path(__file__).resolve().parents[1] / "e2e/charts/tiny"
 CHART = ChartRef(str(TINY), TINY)

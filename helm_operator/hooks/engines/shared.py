@@ -15,11 +15,12 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import merge_conditions
+from helm_operator.core.conditions import status_patch_of
 from helm_operator.core.locks import Concurrency
+from helm_operator.core.vocabulary import Event
 from helm_operator.drift.check import manifest_objects
 from helm_operator.hooks.context import DRIFT_PAUSED, Context, Day2Status, Release, frozen
-from helm_operator.hooks.health import PROBLEMS, Health
+from helm_operator.hooks.health import Health
 from helm_operator.hooks.registry import Hooks
 from helm_operator.hooks.runner import HookResult
 from helm_operator.release.identity import ReleaseId, identify
@@ -125,7 +126,7 @@ class Shared:
 
     async def release(self, watch: Watch, body: Mapping[str, Any]) -> StoredRelease | None:
         ident = self.ident(watch, body)
-        return await asyncio.to_thread(storage.latest_release, self.kube.core, ident.name, ident.namespace)
+        return await storage.read(self.kube.core, ident)
 
     async def record(self, watch: Watch, body: Mapping[str, Any], source: str, result: HookResult) -> None:
         """Tell the health how ``source`` went; write ``Day2`` and the problems (and a Warning
@@ -135,10 +136,9 @@ class Shared:
         if not self.health.report(owner, source, result.problem):
             return
         if result.problem is not None:
-            await self.reporter.events(self.ref(watch, body), [("Warning", result.reason, result.message)])
+            await self.reporter.events(self.ref(watch, body), [Event.warning(result.reason, result.message)])
         status = body.get("status") or {}
         generation = int(body["metadata"].get("generation") or 0)
-        conditions = status.get("conditions") or []
-        merged = merge_conditions(conditions, [self.health.condition(owner)], generation, time.time())
-        patch = {"conditions": merged, "day2": {PROBLEMS: self.health.problems(owner)}}
+        contribution = self.health.contribution(owner, None)  # the problems are always written
+        patch = status_patch_of(status, [contribution], generation, time.time())
         await self.reporter.status(self.ref(watch, body), watch.served_plural, patch)
