@@ -176,25 +176,13 @@ def snapshot_job(ctx: Context, name: str) -> tuple[dict[str, Any], str]:
 
 def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Remove the snapshot files of pruned backups (on the volume or in the bucket)."""
-    locations = [str(r.get("location") or "") for r in gone]
-    name = backup.prune_name(ctx, gone)
-    files = [loc.split("/", 3)[-1] for loc in locations if loc.startswith("pvc://")]
-    urls = [loc for loc in locations if loc.startswith("s3://")]
-    if files:
-        rm = jobs.command(
-            "prune",
-            BUSYBOX,
-            ["rm", "-f", "--", *(f"/snapshots/{f}" for f in files)],
-            mounts={"snapshots": "/snapshots"},
-        )
-        volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}]
-        job = backup.job(ctx, name, "prune", [rm], volumes=volumes)
-    elif urls:
-        s3 = _s3(_policy(ctx.spec)) or {}
-        rm = jobs.shell("prune", AWS_CLI, PRUNE_S3, args=urls, env=_aws_env(s3), mounts={"aws": "/etc/aws"})
-        job = backup.job(ctx, name, "prune", [rm], volumes=[_aws_secret(s3)])
-    else:
-        return None
+    on_volume = backup.remove_files(ctx, gone, BUSYBOX)
+    urls = [str(r["location"]) for r in gone if str(r.get("location") or "").startswith("s3://")]
+    if on_volume is not None or not urls:
+        return on_volume
+    s3 = _s3(_policy(ctx.spec)) or {}
+    rm = jobs.shell("prune", AWS_CLI, PRUNE_S3, args=urls, env=_aws_env(s3), mounts={"aws": "/etc/aws"})
+    job = backup.job(ctx, backup.prune_name(ctx, gone), "prune", [rm], volumes=[_aws_secret(s3)])
     job["spec"]["ttlSecondsAfterFinished"] = 600
     return job
 

@@ -20,7 +20,7 @@ Every value reaches a Job as one argv element or an environment variable (``jobs
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from helm_operator.hooks import (
@@ -197,7 +197,7 @@ async def take(ctx: Context, name: str, keep: Retention | None = None) -> None:
         f"pvc://{claim(ctx)}/{name}.sql.gz",
         claim=Claim(claim(ctx), size),
         keep=keep,
-        cleanup=lambda gone: cleanup_job(ctx, gone),
+        cleanup=lambda gone: backup.remove_files(ctx, gone, _image(ctx)),
     )
 
 
@@ -206,15 +206,6 @@ def dump_job(ctx: Context, name: str) -> dict[str, Any]:
         "backup", _image(ctx), DUMP, env={**_libpq(ctx), "BACKUP": name}, mounts={"backups": "/backups"}
     )
     return backup.job(ctx, name, "backup", [dump], volumes=[_backups(claim(ctx))])
-
-
-def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    files = [f"/backups/{r['name']}.sql.gz" for r in gone]
-    name = backup.prune_name(ctx, gone)
-    rm = jobs.command("prune", _image(ctx), ["rm", "-f", "--", *files], mounts={"backups": "/backups"})
-    job = backup.job(ctx, name, "prune", [rm], volumes=[_backups(claim(ctx))])
-    job["spec"]["ttlSecondsAfterFinished"] = 600  # nothing to keep once the files are gone
-    return job
 
 
 def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:

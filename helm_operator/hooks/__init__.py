@@ -11,11 +11,11 @@ watch names a module (``hooks: hooks/postgresqlcluster.py``) that defines one re
     async def backup(ctx: Context) -> None:
         ...
 
-The built-ins do the work a policy asks for: ``backup.take_and_prune`` and
-``backup.restore_before_install`` (Jobs built from ``jobs.command``/``jobs.shell`` with a constant
-``Script``), ``failover.keep_primary`` and ``failover.switchover``; ``shapes`` checks the spec
-strings that reach a Job. See README.md, "Day-2 hooks", for every hook kind, the context and
-``status.day2``.
+The built-ins do the work a policy asks for: ``backup.take_and_prune`` (its cleanup
+``backup.remove_files``) and ``backup.restore_before_install`` (Jobs built from
+``jobs.command``/``jobs.shell`` with a constant ``Script``), ``failover.keep_primary`` and
+``failover.switchover``; ``shapes`` checks the spec strings that reach a Job. See README.md,
+"Day-2 hooks", for every hook kind, the context and ``status.day2``.
 """
 
 from helm_operator.hooks.builtin import backup, failover, jobs, shapes

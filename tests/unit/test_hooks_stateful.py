@@ -258,7 +258,7 @@ def test_etcd_snapshots_go_to_a_volume_and_are_pruned_by_count() -> None:
         "rm",
         "-f",
         "--",
-        f"/snapshots/{names[0]}.db",
+        f"/backups/{names[0]}.db",
     ]
     save = h.kube.objects[("batch/v1", "Job", "prod", names[-1])]["spec"]["template"]["spec"]["containers"][0]
     assert save["command"][:2] == ["etcdctl", "--endpoints=http://etcd-client:2379"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helm_operator.core.naming import DAY2_LABEL
-from helm_operator.hooks.builtin.jobs import Container, check
+from helm_operator.hooks.builtin.jobs import Container, check, command
 from helm_operator.hooks.builtin.retention import Retention, to_prune
 from helm_operator.hooks.context import Context, lookup
 from helm_operator.hooks.errors import PermanentError, TemporaryError
@@ -294,6 +294,27 @@ class Claim:
         await ensure_claim(
             ctx, self.name, self.size, self.storage_class, role=self.role, access_modes=self.access_modes
         )
+
+
+def remove_files(ctx: Context, gone: Sequence[Mapping[str, Any]], image: str) -> dict[str, Any] | None:
+    """A ``cleanup`` for :func:`prune`: the Job that removes the files of the pruned backups kept
+    on a volume (``pvc://<claim>/<file>``; each claim mounted), with ``rm`` from ``image``; None
+    if none is. The paths are its arguments: data, never a script."""
+    files: dict[str, list[str]] = {}
+    for record in gone:
+        scheme, _, rest = str(record.get("location") or "").partition("://")
+        claim, _, file = rest.partition("/")
+        if scheme == "pvc" and claim and file:
+            files.setdefault(claim, []).append(file)
+    if not files:
+        return None
+    volumes = {("backups" if i == 0 else f"backups-{i}"): claim for i, claim in enumerate(files)}
+    paths = [f"/{volume}/{file}" for volume, claim in volumes.items() for file in files[claim]]
+    rm = command("prune", image, ["rm", "-f", "--", *paths], mounts={v: f"/{v}" for v in volumes})
+    claims = [{"name": v, "persistentVolumeClaim": {"claimName": c}} for v, c in volumes.items()]
+    pruning = job(ctx, prune_name(ctx, gone), "prune", [rm], volumes=claims)
+    pruning["spec"]["ttlSecondsAfterFinished"] = 600  # nothing to keep once the files are gone
+    return pruning
 
 
 async def take_and_prune(
