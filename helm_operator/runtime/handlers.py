@@ -1,5 +1,7 @@
-"""kopf wiring: a declarative table of handlers per Watch; everything they decide comes from
-``reconcile`` (framework-free) and is written through the ``Reporter``."""
+"""kopf wiring: a declarative table of handlers per Watch. They only translate: kopf's arguments
+into a ``Resource``, and a turn's result (``reconcile.turn``: the status patch and Events written,
+a retry) into metrics, resync memory and kopf's retry. Everything they report is decided and
+written by ``reconcile`` (framework-free)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -21,17 +23,15 @@ from kubernetes.client.exceptions import ApiException
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.adapters.metrics import RECONCILE_DURATION, RECONCILES, RESYNCS, ReleaseStates
 from helm_operator.config.watches import Watch, selector_matches
-from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
 from helm_operator.core.naming import FINALIZER
-from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason, events_of
+from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.scheduler import DriftScheduler
 from helm_operator.release.identity import identify
-from helm_operator.release.status import release_contribution
 from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.idle import status_digest, unchanged, written
+from helm_operator.runtime.idle import unchanged
 from helm_operator.runtime.probes import Probes
-from helm_operator.runtime.reconcile import UninstallBlocked, UninstallFailed, finalize, reconcile
+from helm_operator.runtime.reconcile import UninstallBlocked, UninstallFailed, finalize, held, turn
 from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.services import Runtime
 
@@ -194,62 +194,20 @@ class Handlers:
     async def _change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> None:
         if meta.get("deletionTimestamp"):
             return  # being deleted: the delete handler uninstalls; never install or upgrade now
-        rt, watch = self.runtime, self.watch
+        watch = self.watch
         cr = self._resource(spec, status, meta)
         key, period = resource_key(watch, meta.namespace, meta.name), watch.reconcile_period
         self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}), period)  # also if this fails
-        generation = cr.generation
-        rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
         started = time.monotonic()
-        ref = self._ref(meta)
-        # One turn of the release's lock for the reconcile and its report: no drift check of
-        # another trigger writes conditions in between, and the status is written as soon as the
-        # action is done (not after every other queued resource of the kind had its turn).
-        async with rt.concurrency.release(watch.key, cr.ident.key) as turn:
-            result = await reconcile(rt, cr)
-            phase, action = result.outcome.phase, result.outcome.action or "none"
-            if phase in ("stalled", "failed") and result.events:  # said once, with its reason first
-                log.warning("%s (%s): %s", phase, result.outcome.reason, result.outcome.message[:500])
-            applied = result.outcome.release if result.outcome.action in ("install", "upgrade") else None
-            if result.outcome.action is not None and (applied is not None or phase != "ready"):
-                # Helm's part is done and only a readiness read and two writes are left: the
-                # kind's slot goes to the next resource (a full drift comparison keeps it).
-                turn.leave_slot()
-            self.states.set(watch.key, cr.ident.key, phase)
-            now = time.time()
-            said = [release_contribution(cr.status, result.outcome, generation, now, result.attempts)]
-            events = list(result.events)
-            if rt.day2 is not None and rt.day2.of(watch) is not None:
-                events += events_of(await rt.day2.sync(watch, cr.body))
-                day2 = cr.status.get("day2")
-                rt.day2.health.seed(cr.ident.owner, day2)
-                said.append(rt.day2.health.contribution(cr.ident.owner, day2))  # every contributor at once
-            announced, report = result.announced, None
-            if result.outcome.phase == "ready":
-                # The safety net: every reconcile (also on resume and each resync) checks drift.
-                self.drift.track(watch, meta.namespace, meta.name)
-                checker = rt.drift
-                so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
-                announce = checker.announcer(watch, ref, so_far, generation)
-                report = await checker.check(watch, cr.ident, cr.annotations, announce, applied)
-                announced = announced or (report is not None and report.corrected)  # "Correcting"
-                if report is not None:
-                    said += await checker.report(watch, ref, report, so_far)
-            patch = status_patch_of(cr.status, said, generation, now)
-            writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
-            if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
-                writes.append(rt.reporter.status(ref, watch.served_plural, patch))
-            await _together(writes)
-            as_written = written(cr.status, patch)
-            self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}, status=as_written), period)
-            if result.settled is not None and (report is None or not report.drifts):
-                settled = dataclasses.replace(result.settled, status=status_digest(as_written))
-                rt.settled[cr.ident.key] = settled
+        done = await turn(self.runtime, cr, lambda: self.drift.track(watch, meta.namespace, meta.name))
+        outcome = done.result.outcome
+        self.states.set(watch.key, cr.ident.key, outcome.phase)
+        self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}, status=done.status), period)
         # Together, so that a scrape never sees one without the other.
-        RECONCILES.labels(watch=watch.key, action=action, result=phase).inc()
+        RECONCILES.labels(watch=watch.key, action=outcome.action or "none", result=outcome.phase).inc()
         RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)
-        if result.retry_after is not None and result.outcome.phase != "ready":
-            raise kopf.TemporaryError(result.outcome.message[:200], delay=result.retry_after)
+        if done.result.retry_after is not None and outcome.phase != "ready":
+            raise kopf.TemporaryError(outcome.message[:200], delay=done.result.retry_after)
 
     async def from_memory(self, cr: Resource) -> bool:
         started = time.monotonic()
@@ -303,7 +261,7 @@ class Handlers:
             except UninstallBlocked as exc:
                 result = "waiting" if exc.result.waiting else "blocked"
                 RECONCILES.labels(watch=watch.key, action="uninstall", result=result).inc()
-                await self._blocked(ref, body or {}, exc)
+                await held(rt, watch, ref, body or {}, exc)
                 # Wait here, not in kopf's retry backoff: an override or a fix acts at once, a
                 # failure that only a change can cure is not tried again meanwhile, and waiting
                 # for a running backup logs no error.
@@ -319,31 +277,6 @@ class Handlers:
         if rt.day2 is not None:
             rt.day2.forget(watch, meta.namespace, meta.name)
         await rt.reporter.events(ref, [*events, Event.normal(Reason.UNINSTALLED, message)])
-
-    async def _blocked(self, ref: ObjectRef, body: Mapping[str, Any], exc: UninstallBlocked) -> None:
-        """Say on the resource why its deletion waits, the Event only when that is new: a
-        Warning for a hook that failed (also on ``Day2``), a Normal one for a hook that waits."""
-        rt = self.runtime
-        status = body.get("status") or {}
-        conditions = status.get("conditions") or []
-        generation = int((body.get("metadata") or {}).get("generation") or 0)
-        r = exc.result
-        before = next((c for c in conditions if c.get("type") == ConditionType.READY), None)
-        held = (
-            Condition(ConditionType.READY, False, r.reason, r.message),
-            Condition(ConditionType.STALLED, False, r.reason, ""),
-        )
-        said = [Contribution(Owner.RELEASE, held)]
-        if rt.day2 is not None and body:
-            owner = identify(self.watch, ref.namespace, ref.name).owner
-            rt.day2.health.seed(owner, status.get("day2"))
-            rt.day2.health.report(owner, "uninstall", r.problem)
-            said.append(rt.day2.health.contribution(owner, None))  # the problems are always written
-        patch = status_patch_of(status, said, generation, time.time())
-        await rt.reporter.status(ref, self.watch.served_plural, patch)
-        etype = EventType.NORMAL if r.waiting else EventType.WARNING
-        said_events = [] if says(before, r.message) else [Event(etype, r.reason, r.message)]
-        await rt.reporter.events(ref, [*exc.events, *said_events])
 
     async def _until_changed(self, body: Mapping[str, Any], timeout: float | None) -> None:
         """Until the resource's annotations or spec change (or it is gone), or ``timeout``."""
@@ -366,15 +299,6 @@ class Handlers:
                 or (fresh["metadata"].get("annotations"), fresh["metadata"].get("generation")) != seen
             ):
                 return
-
-
-async def _together(writes: list[Coroutine[Any, Any, Any]]) -> None:
-    """Run independent API writes at once (an action's Events and its status: one round trip, not
-    two, while the release's lock is held); every write finishes, the first error is raised."""
-    results = await asyncio.gather(*writes, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
 
 
 def resource_key(watch: Watch, namespace: str | None, name: str) -> str:

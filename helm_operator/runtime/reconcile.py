@@ -1,7 +1,7 @@
 """One reconcile of one resource: prepare the desired release → decide (pure) → act → report.
 
-Framework-free (no kopf here): the handlers build a ``Resource``, call ``reconcile`` or
-``finalize``, and write the returned ``Result`` through the ``Reporter``.
+Framework-free (no kopf here): the handlers build a ``Resource`` and call ``turn`` (a reconcile
+and its whole report, under the release's lock) or ``finalize``; they translate what comes back.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +23,10 @@ from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.config.charts import ChartInfo, ChartRef
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import says
+from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.values import user_values
-from helm_operator.core.vocabulary import ConditionType, Event, EventType, Reason, events_of
+from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason, events_of
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Stage
 from helm_operator.hooks.runner import HookResult
@@ -35,9 +35,10 @@ from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.state import Action, Plan, ReleaseState, determine_state, plan
-from helm_operator.release.status import progress_patch
+from helm_operator.release.status import progress_patch, release_contribution
 from helm_operator.runtime.actions import ACTIONS, ActionContext
 from helm_operator.runtime.desired import Resource, Target, prepare
+from helm_operator.runtime.idle import status_digest, written
 from helm_operator.runtime.services import Runtime, Settled
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,72 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
             events.append(Event.warning(after.reason, after.message))
     result = _report(rt, key, attempts, outcome, events, target.context)
     return Result(result.outcome, result.retry_after, result.events, result.attempts, announced.is_set())
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One whole turn of a resource: what its reconcile decided, and the status as now written."""
+
+    result: Result
+    status: dict[str, Any]
+
+
+async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
+    """Reconcile ``cr`` and report it in one turn of the release's lock (``Concurrency.release``):
+    the release's outcome, the day-2 hooks' sync and ``Day2``, and after a ready outcome the drift
+    check (``track``: from now on changes of its objects trigger checks), composed by their owners
+    into one status patch and written with the Events. No drift check of another trigger writes
+    conditions in between, and the status is written as soon as the action is done (not after
+    every other queued resource of the kind had its turn)."""
+    watch, generation = cr.watch, cr.generation
+    ref = ObjectRef(watch.api_version, watch.kind, cr.name, cr.namespace, cr.uid)
+    rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
+    async with rt.concurrency.release(watch.key, cr.ident.key) as slot:
+        result = await reconcile(rt, cr)
+        outcome = result.outcome
+        if outcome.phase in ("stalled", "failed") and result.events:  # said once, with its reason first
+            log.warning("%s (%s): %s", outcome.phase, outcome.reason, outcome.message[:500])
+        applied = outcome.release if outcome.action in ("install", "upgrade") else None
+        if outcome.action is not None and (applied is not None or outcome.phase != "ready"):
+            # Helm's part is done and only a readiness read and two writes are left: the
+            # kind's slot goes to the next resource (a full drift comparison keeps it).
+            slot.leave_slot()
+        now = time.time()
+        said = [release_contribution(cr.status, outcome, generation, now, result.attempts)]
+        events = list(result.events)
+        if rt.day2 is not None and rt.day2.of(watch) is not None:
+            events += events_of(await rt.day2.sync(watch, cr.body))
+            day2 = cr.status.get("day2")
+            rt.day2.health.seed(cr.ident.owner, day2)
+            said.append(rt.day2.health.contribution(cr.ident.owner, day2))  # every contributor at once
+        announced, report = result.announced, None
+        if outcome.phase == "ready":
+            # The safety net: every reconcile (also on resume and each resync) checks drift.
+            track()
+            so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
+            announce = rt.drift.announcer(watch, ref, so_far, generation)
+            report = await rt.drift.check(watch, cr.ident, cr.annotations, announce, applied)
+            announced = announced or (report is not None and report.corrected)  # "Correcting"
+            if report is not None:
+                said += await rt.drift.report(watch, ref, report, so_far)
+        patch = status_patch_of(cr.status, said, generation, now)
+        writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
+        if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
+            writes.append(rt.reporter.status(ref, watch.served_plural, patch))
+        await _together(writes)
+        as_written = written(cr.status, patch)
+        if result.settled is not None and (report is None or not report.drifts):
+            rt.settled[cr.ident.key] = dataclasses.replace(result.settled, status=status_digest(as_written))
+    return Turn(result, as_written)
+
+
+async def _together(writes: list[Coroutine[Any, Any, Any]]) -> None:
+    """Run independent API writes at once (an action's Events and its status: one round trip, not
+    two, while the release's lock is held); every write finishes, the first error is raised."""
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
 
 
 async def desired(
@@ -410,3 +477,30 @@ async def finalize(
             if not after.ok:
                 events.append(Event.warning(after.reason, after.message))
     return f"release {ident.name} uninstalled", events
+
+
+async def held(
+    rt: Runtime, watch: Watch, ref: ObjectRef, body: Mapping[str, Any], exc: UninstallBlocked
+) -> None:
+    """Say on the resource why its deletion waits, the Event only when that is new: a Warning for
+    a hook that failed (also on ``Day2``), a Normal one for a hook that waits."""
+    status = body.get("status") or {}
+    conditions = status.get("conditions") or []
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    r = exc.result
+    before = next((c for c in conditions if c.get("type") == ConditionType.READY), None)
+    waits = (
+        Condition(ConditionType.READY, False, r.reason, r.message),
+        Condition(ConditionType.STALLED, False, r.reason, ""),
+    )
+    said = [Contribution(Owner.RELEASE, waits)]
+    if rt.day2 is not None and body:
+        owner = identify(watch, ref.namespace, ref.name).owner
+        rt.day2.health.seed(owner, status.get("day2"))
+        rt.day2.health.report(owner, "uninstall", r.problem)
+        said.append(rt.day2.health.contribution(owner, None))  # the problems are always written
+    patch = status_patch_of(status, said, generation, time.time())
+    await rt.reporter.status(ref, watch.served_plural, patch)
+    etype = EventType.NORMAL if r.waiting else EventType.WARNING
+    new = [] if says(before, r.message) else [Event(etype, r.reason, r.message)]
+    await rt.reporter.events(ref, [*exc.events, *new])

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from helm_operator.runtime.handlers import _together
+from helm_operator.runtime.reconcile import _together
 
 
 def test_writes_run_at_once_and_all_finish_before_the_first_error_is_raised() -> None:
