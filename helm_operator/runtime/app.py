@@ -234,7 +234,8 @@ class App:
             info: kopf.ConnectionInfo | None = creds
             if info is None:  # in-cluster: read again at every login (the token rotates)
                 info = kopf.login_with_service_account(**kwargs)
-            return bounded_session(info) if info is not None else None
+            gate = self.fence.check if self.fence is not None else open_gate  # kopf's own writes too
+            return bounded_session(info, gate=gate) if info is not None else None
 
         def stopping(signum: signal.Signals) -> None:
             """SIGTERM/SIGINT: from this moment no new Helm action and no day-2 run, action or

@@ -251,7 +251,7 @@ def test_sigterm_lets_a_running_upgrade_finish(
     operator.proc.send_signal(signal.SIGTERM)
     try:
         eventually(
-            lambda: "Signal SIGTERM is received" in operator.log(), timeout=10, what="SIGTERM received"
+            lambda: "SIGTERM received: stopping" in operator.log(), timeout=10, what="SIGTERM received"
         )
         assert operator.proc.poll() is None, "the operator must wait for the running helm upgrade"
         cluster.kubectl("label", "node", "node-000001", f"{label}=yes")
@@ -260,6 +260,7 @@ def test_sigterm_lets_a_running_upgrade_finish(
         assert releases(helm4, res.ns)["graceful"]["revision"] == "2"
     finally:
         cluster.kubectl("label", "node", "node-000001", f"{label}-")
+        operator.stop(timeout=120)  # still running if an assertion failed: the next start needs its port
         operator.start()
     res.wait_condition(KIND, "graceful", "Ready")
 

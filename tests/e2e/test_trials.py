@@ -237,7 +237,11 @@ def test_a_stall_is_retried_when_what_decided_it_changes(trials: Trials, helm4: 
     assert len(helm_calls_for(trials.op, "wide", res.ns)) == 2  # once per new annotation value
     assert res.condition(TENANT, "wide", "Stalled")["reason"] == "ClusterScopedNotAllowed"
     log = trials.op.log()
-    said = [line for line in log.splitlines() if "stalled (ClusterScopedNotAllowed): " in line]
+    said = [
+        line
+        for line in log.splitlines()
+        if "stalled (ClusterScopedNotAllowed): " in line and "/wide]" in line
+    ]
     assert said and "ClusterRole" in said[0], said  # said with its reason first
     assert "command failed:" not in log  # not pyhelm3's bare command line
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -20,7 +21,17 @@ def test_the_hook_module_example_loads_with_every_hook_kind(tmp_path: Path) -> N
     hooks = load("example.py", tmp_path)
     kinds = sorted({h.kind for h in hooks.hooks})
     assert kinds == ["action", "before", "schedule", "validate", "values", "watch"]
-    assert [h.uses for h in hooks.of("action")] == [("spec.backup",)]
+    assert [h.uses for h in hooks.actions] == [("spec.backup",)]
+
+
+def test_the_examples_import_only_the_hooks_facade_and_its_harness() -> None:
+    for code in python_blocks("### Day-2 hooks")[:2]:
+        modules = {
+            node.module
+            for node in ast.walk(ast.parse(code))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helm_operator")
+        }
+        assert modules and modules <= {"helm_operator.hooks", "helm_operator.hooks.testing"}, modules
 
 
 def test_the_harness_example_runs_as_written() -> None:
