@@ -29,23 +29,27 @@ def annotate(res: Resources, name: str, *pairs: str) -> None:
 
 
 def test_a_later_success_never_hides_a_failing_translator(operator: OperatorProcess, res: Resources) -> None:
-    res.apply(hooked("broken", fault="raise"))
-    ready = res.wait_condition(HOOKED, "broken", "Ready", status="False", timeout=60)
+    res.apply(hooked("mistranslated", fault="raise"))
+    ready = res.wait_condition(HOOKED, "mistranslated", "Ready", status="False", timeout=60)
     assert ready["reason"] == "HookFailed", ready
     # The watch hook ran afterwards, and succeeded (no ConfigMap: nothing was installed).
-    eventually(lambda: day2(res, "broken").get("configMaps") == 0, timeout=30, what="the watch hook ran")
+    eventually(
+        lambda: day2(res, "mistranslated").get("configMaps") == 0, timeout=30, what="the watch hook ran"
+    )
     time.sleep(2)
-    c = res.condition(HOOKED, "broken", "Day2")
+    c = res.condition(HOOKED, "mistranslated", "Day2")
     assert (c["status"], c["reason"]) == ("False", "HookFailed"), c
     assert "values translate raised RuntimeError: the translator broke" in c["message"], c
-    assert [p["source"] for p in day2(res, "broken")["problems"]] == ["values"]
+    assert [p["source"] for p in day2(res, "mistranslated")["problems"]] == ["values"]
 
-    res.apply(hooked("broken"))  # fixed
-    res.wait_condition(HOOKED, "broken", "Ready", timeout=90)
+    res.apply(hooked("mistranslated"))  # fixed
+    res.wait_condition(HOOKED, "mistranslated", "Ready", timeout=90)
     eventually(
-        lambda: res.condition(HOOKED, "broken", "Day2").get("status") == "True", timeout=30, what="Day2=True"
+        lambda: res.condition(HOOKED, "mistranslated", "Day2").get("status") == "True",
+        timeout=30,
+        what="Day2=True",
     )
-    assert day2(res, "broken")["problems"] == []
+    assert day2(res, "mistranslated")["problems"] == []
 
 
 def test_an_invalid_field_holds_only_what_it_governs(operator: OperatorProcess, res: Resources) -> None:

@@ -26,8 +26,12 @@ def history(helm: Helm, name: str, ns: str) -> list[dict[str, Any]]:
     return json.loads(out.stdout) if out.returncode == 0 else []
 
 
-def upgrades(op: OperatorProcess, name: str) -> list[str]:
-    return [c for c in op.helm_calls() if c.startswith(f"upgrade {name} ")]
+def upgrades(op: OperatorProcess, name: str, namespace: str) -> list[str]:
+    """The helm upgrades of one release (the session operator serves many namespaces: a release
+    of the same name elsewhere is not this one)."""
+    return [
+        c for c in op.helm_calls() if c.startswith(f"upgrade {name} ") and f"--namespace {namespace}" in c
+    ]
 
 
 def lifecycle(
@@ -151,13 +155,17 @@ def test_render_failure_stalls_with_helms_error(operator: OperatorProcess, res: 
     assert "the chart refuses these values" in stalled["message"]
     assert any(e["reason"] == "RenderFailed" for e in res.events("broken"))
     # Deterministic failure: the resync (every 15s) does not run helm again for the same values.
-    tries, stalled_at, reads = len(upgrades(operator, "broken")), time.monotonic(), operator.resyncs("read")
+    tries, stalled_at, reads = (
+        len(upgrades(operator, "broken", res.ns)),
+        time.monotonic(),
+        operator.resyncs("read"),
+    )
     eventually(
         lambda: operator.resyncs("read") > reads and time.monotonic() - stalled_at > 17,
         timeout=40,
         what="a resync that reads (a stalled resource is never decided from memory), a period on",
     )
-    assert len(upgrades(operator, "broken")) == tries == 1
+    assert len(upgrades(operator, "broken", res.ns)) == tries == 1
     # …and the status keeps saying why, without a new Event on every resync.
     stalled = res.condition(KIND, "broken", "Stalled")
     assert stalled["reason"] == "RenderFailed" and "the chart refuses these values" in stalled["message"]
@@ -171,7 +179,7 @@ def test_an_unknown_field_in_the_chart_fails_the_install(operator: OperatorProce
     res.apply(tiny("typo", unknownField="dta"))
     ready = res.wait_condition(KIND, "typo", "Ready", status="False")
     assert ready["reason"] == "InstallFailed" and "dta" in ready["message"], ready
-    assert "--disable-openapi-validation" in upgrades(operator, "typo")[0].split()
+    assert "--disable-openapi-validation" in upgrades(operator, "typo", res.ns)[0].split()
     assert not res.exists("configmap", "typo-typo")
 
 
@@ -204,7 +212,7 @@ def test_failed_upgrade_rolls_back_and_history_stays_bounded(
     stalled = res.wait_condition(KIND, "flaky", "Stalled", timeout=180)
     assert stalled["reason"] == "RetriesExhausted"
     assert len(history(helm4, "flaky", res.ns)) <= 3
-    attempts = len(upgrades(operator, "flaky"))
+    attempts = len(upgrades(operator, "flaky", res.ns))
     assert attempts == 1 + 5  # the install, then max-retries upgrades
     assert any(e["reason"] == "RolledBack" for e in res.events("flaky"))
 
