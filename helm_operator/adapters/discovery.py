@@ -8,15 +8,15 @@ kinds are cluster-scoped. Synchronous: call it through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+
+from helm_operator.adapters.kube import request_json
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +50,7 @@ class Discovery:
         self._taken = 0.0
 
     def _get(self, path: str) -> dict[str, Any]:
-        api = cast(Any, self.api)
-        request = api.param_serialize(
-            "GET", path, header_params={"Accept": _AGGREGATED}, auth_settings=["BearerToken"]
-        )
-        resp = api.call_api(*request)
-        resp.read()
-        if not 200 <= resp.status <= 299:
-            raise ApiException(status=resp.status, reason=f"discovery of {path} failed")
-        body: dict[str, Any] = json.loads(resp.data)
-        return body
+        return request_json(self.api, "GET", path, headers={"Accept": _AGGREGATED})
 
     def refresh(self) -> None:
         kinds: dict[tuple[str, str, str], ServedKind] = {}

@@ -38,6 +38,31 @@ def _body(resp: Any) -> dict[str, Any]:
     return body
 
 
+def request_json(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    query: Sequence[tuple[str, str]] = (),
+    headers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One raw API request and its JSON answer, for what the typed clients do not offer
+    (aggregated discovery, any kind by its path); a non-2xx answer raises ``ApiException``."""
+    raw: Any = api
+    request = raw.param_serialize(
+        method,
+        path,
+        query_params=list(query),
+        header_params=dict(headers or {}),
+        auth_settings=["BearerToken"],
+    )
+    resp = raw.call_api(*request)
+    resp.read()
+    if not 200 <= resp.status <= 299:
+        raise ApiException(status=resp.status, reason=f"{method} {path}: {resp.data[:200]!r}")
+    body: dict[str, Any] = json.loads(resp.data)
+    return body
+
+
 class Kube:
     """One dynamic client for the process; resources are discovered once and cached."""
 
@@ -195,16 +220,6 @@ class Kube:
         else:
             api.patch_cluster_custom_object(group, version, plural, ref.name, body)
 
-    def _request(self, method: str, path: str, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-        api: Any = self.api
-        request = api.param_serialize(method, path, query_params=list(query), auth_settings=["BearerToken"])
-        resp = api.call_api(*request)
-        resp.read()
-        if not 200 <= resp.status <= 299:
-            raise ApiException(status=resp.status, reason=f"{method} {path}: {resp.data[:200]!r}")
-        body: dict[str, Any] = json.loads(resp.data)
-        return body
-
     def delete_labelled(
         self,
         group: str,
@@ -218,7 +233,7 @@ class Kube:
         ``skip_namespace`` for a namespaced kind), except those Helm is told to keep
         (``helm.sh/resource-policy: keep``). Returns what was deleted, as ``namespace/name``."""
         base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
-        listing = self._request("GET", f"{base}/{plural}", [("labelSelector", selector)])
+        listing = request_json(self.api, "GET", f"{base}/{plural}", [("labelSelector", selector)])
         deleted = []
         for item in listing.get("items") or []:
             meta = item.get("metadata") or {}
@@ -229,7 +244,9 @@ class Kube:
                 continue
             where = f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
             try:
-                self._request("DELETE", f"{where}/{meta['name']}", [("propagationPolicy", "Background")])
+                request_json(
+                    self.api, "DELETE", f"{where}/{meta['name']}", [("propagationPolicy", "Background")]
+                )
             except ApiException as exc:
                 if exc.status != 404:
                     raise

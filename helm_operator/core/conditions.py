@@ -23,9 +23,6 @@ def parse_rfc3339(text: str | None) -> float:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
 
 
-Update = Condition  # the name the hook engines use
-
-
 def _value(status: bool | None) -> str:
     return "Unknown" if status is None else ("True" if status else "False")
 

@@ -16,7 +16,6 @@ from typing import Any
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.report import Event, Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Update
 from helm_operator.core.locks import Concurrency
 from helm_operator.hooks.context import Context
 from helm_operator.hooks.engines.actions import Actions
@@ -105,12 +104,6 @@ class Day2:
         self.watches.ensure(watch, body, ident)
         self.actions.request(watch, body, ident, invalid)
         return [("Warning", p.reason, p.message) for p in health.failing(owner) if before.get(p.source) != p]
-
-    def status_of(self, watch: Watch, body: Mapping[str, Any]) -> tuple[Update, list[dict[str, str]]]:
-        """The ``Day2`` condition and ``status.day2.problems`` as the health has them now."""
-        owner = self.shared.ident(watch, body).owner
-        self.health.seed(owner, (body.get("status") or {}).get("day2"))
-        return self.health.condition(owner), self.health.problems(owner)
 
     # --- lifetime --------------------------------------------------------------------------------
 
