@@ -1,5 +1,6 @@
 """The drift check of one release: read live objects, ask the API server what the chart's objects
-would be (server-side apply dry-run), report what differs, and re-assert it.
+would be (server-side apply dry-run) and report what differs (``compare_release``); re-asserting it
+(``correct``) is an action of its own, decided by ``release.state.plan`` like any other.
 
 Runs under the release's lock (the caller takes it), so it never races an install, upgrade or
 hook. Objects whose live ``resourceVersion`` has not moved since they were last found in sync are
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -37,9 +39,20 @@ from helm_operator.drift.diff import (
 )
 from helm_operator.release.health import WORKLOAD_KINDS, Health, assess
 from helm_operator.release.record import ObjectId, StoredRelease, object_id
+from helm_operator.release.state import DRIFT_MODES, Drift
 
-MODES = ("enabled", "warn", "disabled")
+MODES = DRIFT_MODES
 WORKLOADS_NOT_READY = Reason.WORKLOADS_NOT_READY
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One drifted object and what re-asserting it applies: the release's object without the
+    fields ignore rules and trusted managers own (as the live object showed them)."""
+
+    apply: dict[str, Any]
+    drift: ObjectDrift
+    namespace: str  # the release's
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,12 @@ class DriftReport:
     corrected: bool = False
     health: Health | None = None  # of the workloads, from the same live objects; None: not read
     compared: bool = True  # False: only readiness was read (the objects were compared with nothing)
+    corrections: tuple[Correction, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def seen(self) -> Drift:
+        """What the decision needs to know of it."""
+        return Drift(self.mode, len(self.drifts))
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where available: 10x faster
@@ -156,39 +175,43 @@ def _observe(
     return list(_POOL.map(one, docs))
 
 
-async def check_release(
-    kube: Kube,
-    watch: Watch,
-    release: StoredRelease,
-    mode: str,
-    memory: InSyncMemory,
-    announce: Callable[[tuple[ObjectDrift, ...]], Awaitable[None]] | None = None,
+async def compare_release(
+    kube: Kube, watch: Watch, release: StoredRelease, mode: str, memory: InSyncMemory
 ) -> DriftReport:
-    """Compare a deployed release with its live objects; in ``enabled`` mode re-assert what drifted."""
+    """Compare a deployed release with its live objects (nothing is changed here)."""
     if mode == "disabled":
         return DriftReport(mode)
     docs = manifest_objects(release)
     rules = rules_for(docs, watch.drift_ignore)
     observed = await asyncio.to_thread(_observe, kube, docs, release.namespace, memory)
-    drifts: list[tuple[dict[str, Any], dict[str, Any] | None, ObjectDrift]] = []
+    corrections: list[Correction] = []
     for doc, (live, expected) in zip(docs, observed, strict=True):
         drift = object_drift(doc, expected, live, rules, watch.drift_trusted_managers)
         if drift is not None:
-            drifts.append((doc, live, drift))
+            ignored = ignored_pointers(drift.kind, drift.name, live, rules, watch.drift_trusted_managers)
+            corrections.append(Correction(without_ignored(doc, ignored), drift, release.namespace))
             memory.forget(_key(doc, release.namespace))
         elif live is not None:
             memory.remember(_key(doc, release.namespace), _digest(doc), live)
-    found = tuple(d for _, _, d in drifts)
+    found = tuple(c.drift for c in corrections)
     health = assess(live for live, _ in observed)
-    if not found or mode == "warn":
-        return DriftReport(mode, found, health=health)
+    return DriftReport(mode, found, health=health, corrections=tuple(corrections))
+
+
+async def correct(
+    kube: Kube,
+    watch: Watch,
+    report: DriftReport,
+    announce: Callable[[tuple[ObjectDrift, ...]], Awaitable[None]] | None = None,
+) -> DriftReport:
+    """Re-assert what a comparison found drifted (the fields the chart sets, ignored ones left
+    out), after ``announce`` said so (``Drifted=True`` while correcting); the report, corrected."""
     if announce is not None:
-        await announce(found)  # Drifted=True while correcting
-    for doc, live, drift in drifts:
-        ignored = ignored_pointers(drift.kind, drift.name, live, rules, watch.drift_trusted_managers)
-        await asyncio.to_thread(kube.apply, without_ignored(doc, ignored), release.namespace)
-        DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=drift.kind).inc()
-    return DriftReport(mode, found, corrected=True, health=health)
+        await announce(report.drifts)
+    for c in report.corrections:
+        await asyncio.to_thread(kube.apply, c.apply, c.namespace)
+        DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=c.drift.kind).inc()
+    return dataclasses.replace(report, corrected=True)
 
 
 async def workload_health(kube: Kube, release: StoredRelease) -> Health:

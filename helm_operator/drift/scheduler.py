@@ -1,10 +1,11 @@
 """Drift checks, from any trigger: after a reconcile, on a resync, or when a dependent watch sees a
 release's object change.
 
-``DriftChecker.check`` is the one step every trigger runs (under the release's lock); the
-``DriftScheduler`` debounces dependent-watch notifications per owner and reports through the same
-``Reporter`` the kopf handlers use. A change that arrives while a check runs for the same owner
-queues exactly one more check.
+``DriftChecker.observe`` is the one comparison every trigger runs (under the release's lock), and
+``release.state`` decides what to do about what it found (``plan`` in a reconcile, ``plan_drift``
+here): a correction is ``DriftChecker.correct``. The ``DriftScheduler`` debounces dependent-watch
+notifications per owner and reports through the same ``Reporter`` the kopf handlers use. A change
+that arrives while a check runs for the same owner queues exactly one more check.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from helm_operator.core.locks import Concurrency
 from helm_operator.drift.check import (
     DriftReport,
     InSyncMemory,
-    check_release,
+    compare_release,
     contributions,
+    correct,
     correcting,
     events_for,
     manifest_ids,
@@ -41,6 +43,7 @@ from helm_operator.drift.dependents import Change, DependentWatches
 from helm_operator.drift.diff import ObjectDrift
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.record import StoredRelease
+from helm_operator.release.state import Action, plan_drift
 
 log = logging.getLogger(__name__)
 
@@ -67,30 +70,32 @@ class DriftChecker:
         if owner not in self.paused:
             self.paused[owner] = (day2 or {}).get("driftPaused") or None
 
-    async def check(
-        self,
-        watch: Watch,
-        ident: ReleaseId,
-        annotations: Mapping[str, str],
-        announce: Announce | None,
-        applied: StoredRelease | None = None,
+    async def observe(
+        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str]
     ) -> DriftReport | None:
-        """Check (and correct) one release; the caller holds its lock. None: nothing deployed of
-        ours, or a day-2 hook paused drift correction (a restore, a failover).
-
-        ``applied``: the revision Helm has just installed or upgraded to. Its objects are what
-        Helm wrote a moment ago, so only the workloads' readiness is read; the first check after
-        (a change of an object, a resync) compares them in full."""
+        """Compare one release with its live objects; the caller holds its lock. None: nothing
+        deployed of ours, or a day-2 hook paused drift correction (a restore, a failover)."""
         self.clean.discard(ident.owner)
-        if applied is not None:
-            return await self.readiness(watch, ident, annotations, applied)
         release = await self._deployed(watch, ident, None)
         if release is None:
             return None
-        report = await check_release(self.kube, watch, release, mode_of(annotations), self.memory, announce)
+        report = await compare_release(self.kube, watch, release, mode_of(annotations), self.memory)
         if not report.drifts:  # (in "disabled" mode nothing is compared, and nothing counts as drift)
             self.clean.add(ident.owner)
         return report
+
+    async def correct(self, watch: Watch, report: DriftReport, announce: Announce | None) -> DriftReport:
+        """Re-assert what ``observe`` found (``Action.CORRECT_DRIFT``); the report, corrected."""
+        return await correct(self.kube, watch, report, announce)
+
+    async def applied(
+        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str], release: StoredRelease
+    ) -> DriftReport | None:
+        """Helm has just installed or upgraded to ``release``: its objects are what Helm wrote a
+        moment ago, so only the workloads' readiness is read; the first check after (a change of
+        an object, a resync) compares them in full."""
+        self.clean.discard(ident.owner)
+        return await self.readiness(watch, ident, annotations, release)
 
     async def readiness(
         self,
@@ -241,7 +246,9 @@ class DriftScheduler:
             announce = self.checker.announcer(watch, ref, current, generation)
             WATCH_CHECKS.labels(watch=watch.key, read="objects" if full else "readiness").inc()
             if full:
-                report = await self.checker.check(watch, ident, annotations, announce)
+                report = await self.checker.observe(watch, ident, annotations)
+                if report is not None and plan_drift(report.seen).action is Action.CORRECT_DRIFT:
+                    report = await self.checker.correct(watch, report, announce)
             else:
                 report = await self.checker.readiness(watch, ident, annotations)
             if report is None:

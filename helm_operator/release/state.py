@@ -1,8 +1,10 @@
 """Decide, purely, what a release is and what should happen to it.
 
 One function decides the state (``determine_state``), one decides the action (``plan``). Both
-take plain data read beforehand (Helm's storage, the CR's status), so every branch is unit-tested
-without a cluster and a resync of an unchanged CR never starts ``helm``.
+take plain data read beforehand (Helm's storage, the CR's status, what a comparison of the live
+objects found), so every branch is unit-tested without a cluster and a resync of an unchanged CR
+never starts ``helm``. Drift is one more state: a deployed, in-sync release whose live objects
+differ is ``DRIFTED``, and re-asserting them (``CORRECT_DRIFT``) is one more action.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class ReleaseState(StrEnum):
     FAILED = "Failed"
     UNMANAGED = "Unmanaged"
     IN_SYNC = "InSync"
+    DRIFTED = "Drifted"  # in sync with the desired release, but live objects differ from it
 
 
 class Action(StrEnum):
@@ -32,6 +35,26 @@ class Action(StrEnum):
     NOTHING = "nothing"
     WAIT = "wait"  # a retry is due, but not yet (backoff)
     GIVE_UP = "give-up"  # retries for this digest are exhausted until the CR changes
+    CORRECT_DRIFT = "correct-drift"  # re-assert the drifted live objects: no Helm, no new revision
+
+    @property
+    def helm(self) -> bool:
+        """Whether the action runs Helm (a new revision): hooks around it, its progress announced,
+        held back while the operator drains, its outcome told by an Event."""
+        return self in _HELM_ACTIONS
+
+
+_HELM_ACTIONS = frozenset({Action.INSTALL, Action.UPGRADE, Action.ROLLBACK, Action.REINSTALL})
+DRIFT_MODES = ("enabled", "warn", "disabled")
+
+
+@dataclass(frozen=True)
+class Drift:
+    """What the last comparison of a release's live objects found, as the decision needs it."""
+
+    mode: str  # enabled: correct | warn: report only | disabled: not compared
+    objects: int = 0  # how many objects differ from the release
+    paused: str | None = None  # why a day-2 hook paused correction (a restore, a failover)
 
 
 @dataclass(frozen=True)
@@ -47,7 +70,10 @@ class RetryPolicy:
         return float(min(self.cap, self.base * 2 ** (failures - 1)))
 
 
-def determine_state(release: StoredRelease | None, desired_digest: str, owner: str) -> ReleaseState:
+def determine_state(
+    release: StoredRelease | None, desired_digest: str, owner: str, drift: Drift | None = None
+) -> ReleaseState:
+    """``drift``: what a comparison of the live objects found (None: not compared)."""
     if release is None or release.status == "uninstalled":
         return ReleaseState.ABSENT
     if release.owner != owner:
@@ -56,7 +82,9 @@ def determine_state(release: StoredRelease | None, desired_digest: str, owner: s
         return ReleaseState.LOCKED
     if release.status == "deployed":
         in_sync = release.digest == desired_digest and not release.by_hand
-        return ReleaseState.IN_SYNC if in_sync else ReleaseState.OUT_OF_SYNC
+        if not in_sync:
+            return ReleaseState.OUT_OF_SYNC
+        return ReleaseState.DRIFTED if drift is not None and drift.objects else ReleaseState.IN_SYNC
     return ReleaseState.FAILED
 
 
@@ -76,11 +104,15 @@ def plan(
     now: float,
     rollback_on_failure: bool,
     policy: RetryPolicy = RetryPolicy(),
+    drift: Drift | None = None,
 ) -> Plan:
     """Choose the next action for a state; apply backoff to actions that failed before."""
     match state:
         case ReleaseState.IN_SYNC:
             return Plan(Action.NOTHING, "release matches the desired chart and values")
+        case ReleaseState.DRIFTED:
+            assert drift is not None
+            return plan_drift(drift)
         case ReleaseState.UNMANAGED:
             return Plan(Action.NOTHING, "a release of this name exists and is not managed by this resource")
         case ReleaseState.LOCKED:
@@ -121,3 +153,16 @@ def plan(
         if wait > 0:
             return Plan(Action.WAIT, f"retrying {candidate.action} after a failure", delay=wait)
     return candidate
+
+
+def plan_drift(drift: Drift) -> Plan:
+    """What to do about live objects that differ from the deployed release (``plan``'s answer for
+    ``DRIFTED``; a dependent watch's check asks it directly): re-assert them, unless the drift mode
+    only reports or a day-2 hook paused correction."""
+    if not drift.objects:
+        return Plan(Action.NOTHING, "live objects match the deployed release")
+    if drift.paused:
+        return Plan(Action.NOTHING, f"drift correction is paused: {drift.paused}")
+    if drift.mode != "enabled":
+        return Plan(Action.NOTHING, f"drift mode is {drift.mode!r}: drift is reported, not corrected")
+    return Plan(Action.CORRECT_DRIFT, f"{drift.objects} live object(s) differ from the deployed release")

@@ -1,8 +1,9 @@
-"""Act: one small function per Helm action, each returning a typed ``Outcome``.
+"""Act: one small function per action, each returning a typed ``Outcome``.
 
 ``plan`` decided *whether* and *which*; these only do it, record what they did, and remediate
 where the action says so (a failed install is cleaned up, a failed upgrade rolled back). The
-``ACTIONS`` table maps every acting ``Action`` to its function.
+``ACTIONS`` table maps every acting ``Action`` to its function: the Helm actions, and the
+correction of drift (no Helm, no new revision).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from helm_operator.adapters.helm import PERMANENT_REASONS, Applied, Helm, HelmAb
 from helm_operator.adapters.kube import Kube
 from helm_operator.core.naming import REVISION_LABEL
 from helm_operator.core.vocabulary import Reason
+from helm_operator.drift.check import DriftReport, correct
+from helm_operator.drift.diff import ObjectDrift
 from helm_operator.release.outcome import Outcome, Remediation
 from helm_operator.release.record import StoredRelease, from_body
 from helm_operator.release.state import Action
@@ -31,6 +34,8 @@ class ActionContext:
     before: StoredRelease | None  # the latest revision when the action was decided
     scopes: Mapping[str, bool]  # which kinds are namespaced, from discovery (for the post-renderer)
     abort: asyncio.Event | None = None  # set when the resource is being deleted: stop helm
+    drift: DriftReport | None = None  # what the comparison the decision saw found (CORRECT_DRIFT)
+    announce: Callable[[tuple[ObjectDrift, ...]], Awaitable[None]] | None = None  # before correcting
 
 
 async def _apply(ctx: ActionContext) -> StoredRelease | None:
@@ -189,9 +194,30 @@ async def reinstall(ctx: ActionContext) -> Outcome:
     return await install(dataclasses.replace(ctx, before=None))  # its history is gone with it
 
 
+def up_to_date(release: StoredRelease | None, t: Target) -> Outcome:
+    """The release is as desired (nothing to do, or its drifted objects re-asserted)."""
+    revision = release.revision if release else "?"
+    return Outcome(
+        "ready",
+        Reason.RECONCILIATION_SUCCEEDED,
+        f"release {t.ident.name} revision {revision} is up to date",
+        release=release,
+        digest=t.digest,
+    )
+
+
+async def correct_drift(ctx: ActionContext) -> Outcome:
+    """A release in sync whose live objects drifted: re-assert what the comparison found (the
+    fields the chart sets; ignore rules honoured). Helm's release is untouched: still up to date."""
+    assert ctx.drift is not None, "correct-drift is decided from a comparison"
+    await correct(ctx.kube, ctx.target.watch, ctx.drift, ctx.announce)
+    return up_to_date(ctx.before, ctx.target)
+
+
 ACTIONS: dict[Action, Callable[[ActionContext], Awaitable[Outcome]]] = {
     Action.INSTALL: install,
     Action.UPGRADE: upgrade,
     Action.REINSTALL: reinstall,
     Action.ROLLBACK: rollback,
+    Action.CORRECT_DRIFT: correct_drift,
 }

@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,9 @@ from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.values import user_values
-from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason, events_of
+from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
+from helm_operator.drift.check import DriftReport
+from helm_operator.drift.diff import ObjectDrift
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Stage
 from helm_operator.hooks.runner import HookResult
@@ -34,9 +36,9 @@ from helm_operator.release.attempts import Attempts, attempts_from_status, next_
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
-from helm_operator.release.state import Action, Plan, ReleaseState, determine_state, plan
+from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan
 from helm_operator.release.status import progress_patch, release_contribution
-from helm_operator.runtime.actions import ACTIONS, ActionContext
+from helm_operator.runtime.actions import ACTIONS, ActionContext, up_to_date
 from helm_operator.runtime.desired import Resource, Target, prepare
 from helm_operator.runtime.idle import status_digest, written
 from helm_operator.runtime.services import Runtime, Settled
@@ -55,6 +57,7 @@ class Result:
     attempts: Attempts | None = None  # failure memory to record; None: derive from the status
     announced: bool = False  # the status already says an action is in progress: always write it
     settled: Settled | None = None  # nothing to do: what a resync may rely on once the status is written
+    drift: DriftReport | None = None  # what the comparison of the live objects found (and corrected)
 
 
 def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
@@ -72,11 +75,13 @@ def _stall(cr: Resource, outcome: Outcome, retry_after: float | None = None) -> 
     return Result(outcome, retry_after=retry_after, events=(Event.warning(outcome.reason, outcome.message),))
 
 
-async def reconcile(rt: Runtime, cr: Resource) -> Result:
+async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambda: None) -> Result:
     """Prepare, decide and act for one resource. The caller holds the release's lock and a slot of
     its kind (``Concurrency.release``) from here until the outcome is reported, so a reconcile and
     its report are one turn: nothing else writes the release's conditions in between, and the
-    report never queues again behind every other resource waiting for a slot."""
+    report never queues again behind every other resource waiting for a slot. A release in sync
+    has its live objects compared (``track``: from then on changes of its objects trigger
+    checks), and the decision sees what that found."""
     watch = cr.watch
     try:
         chart_ref = await rt.local_chart(watch)
@@ -110,15 +115,23 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
     ident, since = target.ident, time.monotonic()
     fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None
     release, state, p = await _decide(rt, target, attempts, events)
+    found = None
+    if state is ReleaseState.IN_SYNC and rt.drift is not None:  # the safety net: every turn compares
+        track()
+        found = await rt.drift.observe(watch, cr.ident, cr.annotations)
+        if found is not None:
+            state, p = _plan(rt, target, release, attempts, found.seen)
     log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
     act = ACTIONS.get(p.action)
     if act is None:
-        result = _without_action(cr, target, release, state, p, attempts, events)
+        result = dataclasses.replace(
+            _without_action(cr, target, release, state, p, attempts, events), drift=found
+        )
         if result.outcome.phase == "ready" and fingerprint is not None and hooks is None:
             settled = Settled(cr.uid, cr.generation, chart, fingerprint, since)
             return dataclasses.replace(result, settled=settled)
         return result
-    if rt.draining:
+    if rt.draining and p.action.helm:
         outcome = Outcome("progressing", Reason.SHUTTING_DOWN, "operator is shutting down")
         return Result(outcome, retry_after=5, events=tuple(events))
     stage = HOOK_STAGE.get(p.action)
@@ -127,20 +140,28 @@ async def reconcile(rt: Runtime, cr: Resource) -> Result:
         hooks.health.report(cr.ident.owner, f"before {stage}", before.problem)
         if not before.ok:
             return _hook_failed(before, target.digest)
-    scopes = await asyncio.to_thread(rt.discovery.scopes)
-    async with _progress_announced(rt, cr, p) as announced, _deletion_watch(rt, cr) as abort:
-        outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
-    if rt.releases is not None:
-        rt.releases.forget(ident.namespace, ident.name)
-        if outcome.release is not None:
-            rt.releases.remember(outcome.release)
+    if p.action.helm:
+        scopes = await asyncio.to_thread(rt.discovery.scopes)
+        async with _progress_announced(rt, cr, p) as announced, _deletion_watch(rt, cr) as abort:
+            outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
+        if rt.releases is not None:
+            rt.releases.forget(ident.namespace, ident.name)
+            if outcome.release is not None:
+                rt.releases.remember(outcome.release)
+    else:  # a drift correction: Drifted=True ("Correcting") is written before it starts
+        announced = asyncio.Event()
+        announced.set()
+        announce = _correcting_announced(rt, cr, up_to_date(release, target), hooks)
+        ctx = ActionContext(rt.helm, rt.kube, target, release, {}, drift=found, announce=announce)
+        outcome = await act(ctx)
+        found = dataclasses.replace(found, corrected=True) if found is not None else None
     if hooks is not None and stage is not None and outcome.phase == "ready":
         after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
         hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
             events.append(Event.warning(after.reason, after.message))
-    result = _report(rt, key, attempts, outcome, events, target.context)
-    return Result(result.outcome, result.retry_after, result.events, result.attempts, announced.is_set())
+    result = _report(rt, key, attempts, outcome, events, target.context, told=p.action.helm)
+    return dataclasses.replace(result, announced=announced.is_set(), drift=found)
 
 
 @dataclass(frozen=True)
@@ -153,16 +174,17 @@ class Turn:
 
 async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
     """Reconcile ``cr`` and report it in one turn of the release's lock (``Concurrency.release``):
-    the release's outcome, the day-2 hooks' sync and ``Day2``, and after a ready outcome the drift
-    check (``track``: from now on changes of its objects trigger checks), composed by their owners
-    into one status patch and written with the Events. No drift check of another trigger writes
+    the release's outcome, the day-2 hooks' sync and ``Day2``, and after a ready outcome what the
+    drift comparison found (or, right after Helm applied the release, its workloads' readiness;
+    ``track``: from now on changes of its objects trigger checks), composed by their owners into
+    one status patch and written with the Events. No drift check of another trigger writes
     conditions in between, and the status is written as soon as the action is done (not after
     every other queued resource of the kind had its turn)."""
     watch, generation = cr.watch, cr.generation
     ref = ObjectRef(watch.api_version, watch.kind, cr.name, cr.namespace, cr.uid)
     rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
     async with rt.concurrency.release(watch.key, cr.ident.key) as slot:
-        result = await reconcile(rt, cr)
+        result = await reconcile(rt, cr, track)
         outcome = result.outcome
         if outcome.phase in ("stalled", "failed") and result.events:  # said once, with its reason first
             log.warning("%s (%s): %s", outcome.phase, outcome.reason, outcome.message[:500])
@@ -175,23 +197,21 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
         said = [release_contribution(cr.status, outcome, generation, now, result.attempts)]
         events = list(result.events)
         if rt.day2 is not None and rt.day2.of(watch) is not None:
-            events += events_of(await rt.day2.sync(watch, cr.body))
+            events += await rt.day2.sync(watch, cr.body)
             day2 = cr.status.get("day2")
             rt.day2.health.seed(cr.ident.owner, day2)
             said.append(rt.day2.health.contribution(cr.ident.owner, day2))  # every contributor at once
-        announced, report = result.announced, None
+        report = result.drift  # the comparison a release in sync had (and its correction)
         if outcome.phase == "ready":
-            # The safety net: every reconcile (also on resume and each resync) checks drift.
             track()
-            so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
-            announce = rt.drift.announcer(watch, ref, so_far, generation)
-            report = await rt.drift.check(watch, cr.ident, cr.annotations, announce, applied)
-            announced = announced or (report is not None and report.corrected)  # "Correcting"
+            if applied is not None:  # Helm has just written its objects: only readiness is read
+                report = await rt.drift.applied(watch, cr.ident, cr.annotations, applied)
             if report is not None:
+                so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
                 said += await rt.drift.report(watch, ref, report, so_far)
         patch = status_patch_of(cr.status, said, generation, now)
         writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
-        if announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
+        if result.announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
             writes.append(rt.reporter.status(ref, watch.served_plural, patch))
         await _together(writes)
         as_written = written(cr.status, patch)
@@ -259,16 +279,7 @@ async def _decide(
     """Read Helm's storage and plan; a stale pending-* release is unlocked first, then re-planned."""
     for attempt in range(3):
         release = await storage.read(rt.kube.core, target.ident, rt.releases if attempt == 0 else None)
-        state = determine_state(release, target.digest, target.ident.owner)
-        p = plan(
-            state,
-            release,
-            target.digest,
-            attempts,
-            now=time.time(),
-            rollback_on_failure=target.watch.rollback_on_failure,
-            policy=rt.retry,
-        )
+        state, p = _plan(rt, target, release, attempts)
         if p.action is not Action.UNLOCK:
             break
         if rt.releases is not None:
@@ -278,6 +289,24 @@ async def _decide(
             Event.warning(Reason.UNLOCKED, f"release {target.ident.name}: {p.reason}; marked failed")
         )
     return release, state, p
+
+
+def _plan(
+    rt: Runtime, target: Target, release: StoredRelease | None, attempts: Attempts, drift: Drift | None = None
+) -> tuple[ReleaseState, Plan]:
+    """The state and the action, from what was read (and what a comparison found, if any)."""
+    state = determine_state(release, target.digest, target.ident.owner, drift)
+    p = plan(
+        state,
+        release,
+        target.digest,
+        attempts,
+        now=time.time(),
+        rollback_on_failure=target.watch.rollback_on_failure,
+        policy=rt.retry,
+        drift=drift,
+    )
+    return state, p
 
 
 def _without_action(
@@ -297,15 +326,7 @@ def _without_action(
         )
         return Result(result.outcome, result.retry_after, (*events, *result.events))
     if p.action is Action.NOTHING:
-        revision = release.revision if release else "?"
-        outcome = Outcome(
-            "ready",
-            Reason.RECONCILIATION_SUCCEEDED,
-            f"release {name} revision {revision} is up to date",
-            release=release,
-            digest=target.digest,
-        )
-        return Result(outcome, events=tuple(events))
+        return Result(up_to_date(release, target), events=tuple(events))
     if p.action is Action.WAIT:
         outcome = Outcome(
             "progressing", attempts.reason or Reason.RETRY_PENDING, p.reason, digest=target.digest
@@ -349,6 +370,20 @@ async def _progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterat
             task.cancel()
 
 
+def _correcting_announced(
+    rt: Runtime, cr: Resource, outcome: Outcome, hooks: Day2 | None
+) -> Callable[[tuple[ObjectDrift, ...]], Awaitable[None]]:
+    """What writes ``Drifted=True`` ("Correcting", with the paths) before a correction starts,
+    over the conditions as the release (``outcome``) and the day-2 hooks decide them so far."""
+    now, owner = time.time(), cr.ident.owner
+    said = [release_contribution(cr.status, outcome, cr.generation, now)]
+    if hooks is not None:
+        said.append(hooks.health.contribution(owner, cr.status.get("day2")))
+    so_far = status_patch_of(cr.status, said, cr.generation, now)["conditions"]
+    ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
+    return rt.drift.announcer(cr.watch, ref, so_far, cr.generation)
+
+
 @contextlib.asynccontextmanager
 async def _deletion_watch(rt: Runtime, cr: Resource) -> AsyncIterator[asyncio.Event]:
     """An event set as soon as the resource is marked for deletion (or gone) during an action.
@@ -378,13 +413,21 @@ async def _deletion_watch(rt: Runtime, cr: Resource) -> AsyncIterator[asyncio.Ev
 
 
 def _report(
-    rt: Runtime, key: str, attempts: Attempts, outcome: Outcome, events: list[Event], context: str
+    rt: Runtime,
+    key: str,
+    attempts: Attempts,
+    outcome: Outcome,
+    events: list[Event],
+    context: str,
+    told: bool = True,
 ) -> Result:
-    """Failure memory, Events and the retry delay for an action's outcome."""
+    """Failure memory, Events and the retry delay for an action's outcome. ``told``: an Event
+    says the outcome (a Helm action's; a drift correction's Events name each object instead)."""
     new_attempts = next_attempts(attempts, outcome, time.time(), context)
     rt.attempts[key] = new_attempts
     etype = EventType.NORMAL if outcome.phase in ("ready", "progressing") else EventType.WARNING
-    events.append(Event(etype, outcome.reason, outcome.message))
+    if told:
+        events.append(Event(etype, outcome.reason, outcome.message))
     if outcome.remediation is not None:
         r = outcome.remediation
         events.append(Event(EventType.NORMAL if r.succeeded else EventType.WARNING, r.reason, r.message))
@@ -460,8 +503,7 @@ async def finalize(
         if release.owner != ident.owner:
             return f"release {ident.key} is not managed by this resource; left in place", events
         if hooks is not None and body is not None:
-            verdict, raw = await hooks.before_uninstall(watch, body, release)
-            events = events_of(raw)
+            verdict, events = await hooks.before_uninstall(watch, body, release)
             if not verdict.ok:
                 raise UninstallBlocked(verdict, events)
         if release.status in PENDING_STATUSES:  # its writer was stopped or killed: free it first

@@ -242,7 +242,12 @@ def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes(mon
     index = ReleaseIndex(api=None)  # type: ignore[arg-type]  # fed by hand, never started
     index.listed(None, [])
     quiet = {"drift": True}
-    rt = replace(rt, releases=index, drift=SimpleNamespace(quiet=lambda *a: quiet["drift"]))
+
+    async def nothing_deployed(*a: Any) -> None:  # a release in sync has its objects compared
+        return None
+
+    drift = SimpleNamespace(quiet=lambda *a: quiet["drift"], observe=nothing_deployed)
+    rt = replace(rt, releases=index, drift=drift)
     resource = cr({"message": "hi"})
     settle(rt, resource)  # installs: an action is never remembered as settled
     assert not asyncio.run(unchanged(rt, resource))
@@ -264,3 +269,64 @@ def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes(mon
     index.lost(None)  # the storage watch broke: nothing is trusted
     assert not asyncio.run(unchanged(rt, resource))
     assert helm.calls == ["upgrade"]
+
+
+class _Drift:
+    """The drift checker's part of a reconcile: a comparison that finds ``found``; what the
+    correction announces and applies is recorded."""
+
+    def __init__(self, found: Any) -> None:
+        self.found, self.announced = found, []  # type: list[Any]
+
+    async def observe(self, *a: Any) -> Any:
+        return self.found
+
+    def announcer(self, watch: Any, ref: Any, conditions: Any, generation: int) -> Any:
+        async def announce(drifts: Any) -> None:
+            self.announced.append(drifts)
+
+        return announce
+
+
+def test_a_drifted_release_in_sync_is_corrected_by_the_action_runner() -> None:
+    """Drift is a state the decision sees: its correction is ``Action.CORRECT_DRIFT``, run from
+    the ``ACTIONS`` table (no Helm call, no new revision, no outcome Event: the objects' own
+    Events say what was re-asserted), its status announced before it starts."""
+    from helm_operator.drift.check import Correction, DriftReport
+    from helm_operator.drift.diff import ObjectDrift
+
+    helm = FakeHelm(Storage())
+    applied: list[tuple[Any, str]] = []
+    rt = runtime(helm)
+    rt.kube.apply = lambda doc, ns, dry_run=False: applied.append((doc, ns))  # type: ignore[attr-defined]
+    resource = cr({"message": "hi"})
+    run(rt, resource)  # installed
+    drift = ObjectDrift("v1", "ConfigMap", "ns", "t", paths=("/data/message",))
+    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "t"}}
+    for mode, corrected in [("enabled", True), ("warn", False)]:
+        applied.clear()
+        found = DriftReport(mode, (drift,), corrections=(Correction(doc, drift, "ns"),))
+        checker = _Drift(found)
+        rt = replace(rt, drift=checker)  # type: ignore[arg-type]
+        result = run(rt, resource)
+        assert (result.outcome.phase, result.outcome.reason) == ("ready", "ReconciliationSucceeded")
+        assert result.outcome.action is None and helm.calls == ["upgrade"]  # no Helm action
+        assert result.drift is not None and result.drift.corrected is corrected
+        assert result.events == ()
+        assert applied == ([(doc, "ns")] if corrected else [])
+        assert checker.announced == ([(drift,)] if corrected else [])
+        assert result.announced is corrected  # the status is written: "Correcting" is replaced
+
+
+def test_no_drift_or_no_comparison_decides_nothing() -> None:
+    from helm_operator.drift.check import DriftReport
+
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    resource = cr({"message": "hi"})
+    run(rt, resource)
+    for found in [DriftReport("enabled"), DriftReport("disabled"), None]:  # None: paused, not read
+        rt = replace(rt, drift=_Drift(found))  # type: ignore[arg-type]
+        result = run(rt, resource)
+        assert result.outcome.reason == "ReconciliationSucceeded" and result.drift == found
+        assert not result.announced and helm.calls == ["upgrade"]

@@ -7,7 +7,15 @@ import pytest
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, REVISION_LABEL, owner_id, release_name
 from helm_operator.release.attempts import Attempts
 from helm_operator.release.record import StoredRelease, from_body
-from helm_operator.release.state import Action, ReleaseState, RetryPolicy, determine_state, plan
+from helm_operator.release.state import (
+    Action,
+    Drift,
+    ReleaseState,
+    RetryPolicy,
+    determine_state,
+    plan,
+    plan_drift,
+)
 
 OWNER = "o1"
 DIGEST = "d1"
@@ -83,6 +91,66 @@ def test_every_state_is_covered_by_the_table() -> None:
         "Failed",
         "Unmanaged",
         "InSync",
+        "Drifted",
+    }
+
+
+@pytest.mark.parametrize(
+    ("release", "drift", "expected"),
+    [
+        (rel(), Drift("enabled", objects=2), ReleaseState.DRIFTED),
+        (rel(), Drift("warn", objects=1), ReleaseState.DRIFTED),
+        (rel(), Drift("enabled", objects=0), ReleaseState.IN_SYNC),  # compared: nothing differs
+        (rel(), Drift("disabled"), ReleaseState.IN_SYNC),  # not compared
+        (rel(), None, ReleaseState.IN_SYNC),
+        # A release that needs Helm is decided by what Helm must do; its objects come after.
+        (rel(digest="other"), Drift("enabled", objects=2), ReleaseState.OUT_OF_SYNC),
+        (rel("failed"), Drift("enabled", objects=2), ReleaseState.FAILED),
+        (rel(owner="someone-else"), Drift("enabled", objects=2), ReleaseState.UNMANAGED),
+        (None, Drift("enabled", objects=2), ReleaseState.ABSENT),
+    ],
+)
+def test_drift_is_a_state_of_a_release_in_sync(
+    release: StoredRelease | None, drift: Drift | None, expected: ReleaseState
+) -> None:
+    assert determine_state(release, DIGEST, OWNER, drift) is expected
+
+
+@pytest.mark.parametrize(
+    ("drift", "expected"),
+    [
+        (Drift("enabled", objects=2), Action.CORRECT_DRIFT),
+        (Drift("warn", objects=2), Action.NOTHING),  # reported, not corrected
+        (Drift("enabled", objects=2, paused="a restore runs"), Action.NOTHING),
+        (Drift("enabled", objects=0), Action.NOTHING),
+        (Drift("disabled"), Action.NOTHING),
+    ],
+)
+def test_what_is_done_about_drift(drift: Drift, expected: Action) -> None:
+    """One decision for a reconcile (``plan`` of ``DRIFTED``) and a dependent watch's check
+    (``plan_drift``)."""
+    assert plan_drift(drift).action is expected
+    state = determine_state(rel(), DIGEST, OWNER, drift)
+    p = plan(state, rel(), DIGEST, NO_ATTEMPTS, now=0.0, rollback_on_failure=True, drift=drift)
+    assert p.action is expected
+    if state is ReleaseState.DRIFTED:
+        assert p == plan_drift(drift)
+
+
+def test_a_paused_correction_says_why() -> None:
+    assert "a failover runs" in plan_drift(Drift("enabled", 1, paused="a failover runs")).reason
+    assert "'warn'" in plan_drift(Drift("warn", 1)).reason
+
+
+def test_a_drift_correction_runs_no_helm_and_helm_actions_do() -> None:
+    """What the action runner does around an action (hooks, progress, the drain, an outcome
+    Event) follows from whether it runs Helm."""
+    assert not Action.CORRECT_DRIFT.helm
+    assert {a for a in Action if a.helm} == {
+        Action.INSTALL,
+        Action.UPGRADE,
+        Action.ROLLBACK,
+        Action.REINSTALL,
     }
 
 
