@@ -34,6 +34,7 @@ from helm_operator.core.locks import Slots
 from helm_operator.core.masking import mask
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
+from helm_operator.core.vocabulary import Reason
 from helm_operator.release.record import ObjectId
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ _extra_args: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("h
 class HelmError(RuntimeError):
     """A failed helm command, classified; ``message`` is safe to show (secrets masked)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -52,8 +53,16 @@ class HelmError(RuntimeError):
 
 # Failures that retrying cannot fix: the same chart and values fail the same way.
 PERMANENT_REASONS = frozenset(
-    {"RenderFailed", "NamespaceViolation", "ClusterScopedNotAllowed", "ReleaseTooLarge", "OwnershipConflict"}
+    {
+        Reason.RENDER_FAILED,
+        Reason.NAMESPACE_VIOLATION,
+        Reason.CLUSTER_SCOPED_NOT_ALLOWED,
+        Reason.RELEASE_TOO_LARGE,
+        Reason.OWNERSHIP_CONFLICT,
+    }
 )
+# What our post-renderer refuses by the tenant rules (``helm-operator: <reason>: …`` lines).
+TENANT_REASONS = (Reason.NAMESPACE_VIOLATION, Reason.CLUSTER_SCOPED_NOT_ALLOWED)
 
 # A render problem cites a chart template by file and line ("mychart/templates/cm.yaml:6:15"),
 # whatever Helm's major version says around it; the markers catch the rest.
@@ -71,36 +80,38 @@ _RENDER_MARKERS = (
 )
 
 
-def classify(text: str, exc: errors.Error | None = None) -> str:
+def classify(text: str, exc: errors.Error | None = None) -> Reason:
     """Why helm failed, from what it printed (Helm 3 and 4 word things differently)."""
     low = text.lower()
-    for reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
+    for reason in TENANT_REASONS:
         if f"helm-operator: {reason}:" in text:
             return reason
     if "invalid ownership metadata" in low or "cannot be imported into the current release" in low:
-        return "OwnershipConflict"
+        return Reason.OWNERSHIP_CONFLICT
     if "too long: must have at most 1048576 bytes" in low or "request entity too large" in low:
-        return "ReleaseTooLarge"
+        return Reason.RELEASE_TOO_LARGE
     if "no matches for kind" in low or "resource mapping not found" in low:
-        return "KindNotServed"  # e.g. a CRD another release installs: may appear, so retried
+        return Reason.KIND_NOT_SERVED  # e.g. a CRD another release installs: may appear, so retried
     rendered = any(m in low for m in _RENDER_MARKERS) or _TEMPLATE_POSITION.search(text)
     if isinstance(exc, errors.FailedToRenderChartError) or rendered:
-        return "RenderFailed"
+        return Reason.RENDER_FAILED
     if "timed out" in low or "context deadline exceeded" in low:
-        return "Timeout"
+        return Reason.TIMEOUT
     if isinstance(exc, errors.CommandCancelledError) or "context canceled" in low:
-        return "Cancelled"
+        return Reason.CANCELLED
     if isinstance(exc, errors.ConnectionError):
-        return "ConnectionFailed"
+        return Reason.CONNECTION_FAILED
     if "another operation" in low:
-        return "Locked"
-    return "HelmFailed"
+        return Reason.LOCKED
+    return Reason.HELM_FAILED
+
+
+_VERDICT = re.compile(rf"helm-operator: ((?:{'|'.join(TENANT_REASONS)}): [^\n]*)")
 
 
 def tenant_message(text: str) -> str:
     """Only our post-renderer's verdict lines, without Helm's wrapping of them."""
-    lines = re.findall(r"helm-operator: ((?:NamespaceViolation|ClusterScopedNotAllowed): [^\n]*)", text)
-    return "; ".join(dict.fromkeys(lines)) or text
+    return "; ".join(dict.fromkeys(_VERDICT.findall(text))) or text
 
 
 # Helm: `ClusterRole "x" in namespace "" exists and cannot be imported into the current release:
@@ -289,9 +300,9 @@ class Helm:
                 text = exc.stderr.decode(errors="replace").strip() if exc.stderr else str(exc)
                 text = text.removeprefix("Error: ")
                 reason = classify(text, exc)
-                if reason in ("NamespaceViolation", "ClusterScopedNotAllowed"):
+                if reason in TENANT_REASONS:
                     text = tenant_message(text)
-                elif reason == "OwnershipConflict":
+                elif reason is Reason.OWNERSHIP_CONFLICT:
                     text = ownership_message(text)
                 raise HelmError(reason, mask(text, values)) from None
             finally:
@@ -368,7 +379,7 @@ class Helm:
                 )
             except ValueError:  # exit 0 without a release on stdout: the caller reads the storage
                 if dry_run:
-                    raise HelmError("RenderFailed", "helm printed no release for the dry run") from None
+                    raise HelmError(Reason.RENDER_FAILED, "helm printed no release for the dry run") from None
                 log.warning("helm upgrade %s printed no release", name)
                 return {}
 

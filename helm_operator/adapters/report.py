@@ -15,13 +15,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import Kube, ObjectRef
-from helm_operator.core.vocabulary import Event as TypedEvent
+from helm_operator.core.vocabulary import Event
 
 log = logging.getLogger(__name__)
-
-# The loose (type, reason, message) form some hook engines still build; a ``core.vocabulary.Event``
-# is one (a NamedTuple), and new code builds those.
-Event = tuple[str, str, str]
 
 
 class Reporter:
@@ -38,6 +34,6 @@ class Reporter:
             raise
         return True
 
-    async def events(self, ref: ObjectRef, events: Iterable[TypedEvent | Event]) -> None:
+    async def events(self, ref: ObjectRef, events: Iterable[Event]) -> None:
         for etype, reason, message in events:
             await asyncio.to_thread(self.kube.event, ref, str(etype), str(reason), message)

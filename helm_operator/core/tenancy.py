@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from helm_operator.core.vocabulary import Reason
+
 Scopes = Mapping[str, bool]  # "<group>/<Kind>" -> namespaced ("" group for the core API)
 
 
@@ -51,7 +53,7 @@ NOT_ENFORCED = TenantRules(enforce=False)
 
 @dataclass(frozen=True)
 class Violation:
-    reason: str  # NamespaceViolation | ClusterScopedNotAllowed
+    reason: Reason  # NAMESPACE_VIOLATION | CLUSTER_SCOPED_NOT_ALLOWED
     message: str
 
     def __str__(self) -> str:
@@ -73,7 +75,7 @@ def violations(
             if not rules.allow_cluster_scoped:
                 found.append(
                     Violation(
-                        "ClusterScopedNotAllowed",
+                        Reason.CLUSTER_SCOPED_NOT_ALLOWED,
                         f"{ref} is cluster-scoped; the watch does not set allowClusterScoped",
                     )
                 )
@@ -86,6 +88,8 @@ def violations(
         ):
             allowed = ", ".join([namespace, *rules.allowed_namespaces])
             found.append(
-                Violation("NamespaceViolation", f"{ref} targets namespace {target!r}; allowed: {allowed}")
+                Violation(
+                    Reason.NAMESPACE_VIOLATION, f"{ref} targets namespace {target!r}; allowed: {allowed}"
+                )
             )
     return found

@@ -2,13 +2,15 @@
 typed condition and Event values.
 
 The enums are ``StrEnum`` so they serialise exactly as the strings users (and ``kubectl wait``)
-see. Reasons that come from elsewhere (Helm's error classes, a hook's result) stay plain strings,
-so a reason field is ``str``; every reason the operator decides itself is a ``Reason``.
+see. Every reason the engine decides or branches on is a ``Reason``: its own outcomes, Helm's
+error classes (``adapters.helm.classify``), the desired release's refusals, the tenant rules'
+verdicts and the day-2 engines' results; control flow compares members, never message text. A
+reason field stays ``str`` only where it is read back from a status or chosen by a hook module
+(``ctx.event("BackupStarted", …)``: the hook author's vocabulary, not the engine's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -63,8 +65,34 @@ class Reason(StrEnum):
     CORRECTING = "Correcting"
     WORKLOADS_READY = "WorkloadsReady"
     WORKLOADS_NOT_READY = "WorkloadsNotReady"
-    # day-2 hooks
+    # Helm's error classes (what ``adapters.helm.classify`` reads from helm's output)
+    RENDER_FAILED = "RenderFailed"
+    NAMESPACE_VIOLATION = "NamespaceViolation"  # also a tenant rule's verdict (``core.tenancy``)
+    CLUSTER_SCOPED_NOT_ALLOWED = "ClusterScopedNotAllowed"  # also the tenant rules' and crds/'
+    OWNERSHIP_CONFLICT = "OwnershipConflict"
+    RELEASE_TOO_LARGE = "ReleaseTooLarge"  # also decided before Helm runs (``runtime.desired``)
+    KIND_NOT_SERVED = "KindNotServed"
+    TIMEOUT = "Timeout"
+    CONNECTION_FAILED = "ConnectionFailed"
+    LOCKED = "Locked"
+    HELM_FAILED = "HelmFailed"
+    # the desired release
+    INVALID_VALUES = "InvalidValues"
+    # day-2 hooks: a hook's result, the Day2 condition, the engines' Events
     HOOKS_SUCCEEDED = "HooksSucceeded"
+    HOOK_FAILED = "HookFailed"
+    HOOK_TIMED_OUT = "HookTimedOut"
+    HOOK_RETRYING = "HookRetrying"
+    INVALID_SPEC = "InvalidSpec"
+    UNKNOWN_ACTION = "UnknownAction"
+    ACTION_HELD = "ActionHeld"
+    ACTION_STARTED = "ActionStarted"
+    ACTION_SUCCEEDED = "ActionSucceeded"
+    MISSED_SCHEDULE = "MissedSchedule"
+    UNINSTALL_WAITING = "UninstallWaiting"
+    UNINSTALL_BLOCKED = "UninstallBlocked"
+    HOOKS_OVERRIDDEN = "HooksOverridden"
+    HOOK_GAVE_UP = "HookGaveUp"
 
 
 class EventType(StrEnum):
@@ -95,8 +123,3 @@ class Event(NamedTuple):
     @classmethod
     def warning(cls, reason: str, message: str) -> Event:
         return cls(EventType.WARNING, reason, message)
-
-
-def events_of(raw: Iterable[tuple[str, str, str]]) -> list[Event]:
-    """Typed Events from the loose (type, reason, message) form."""
-    return [Event(EventType(etype), reason, message) for etype, reason, message in raw]

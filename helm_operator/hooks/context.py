@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
+from helm_operator.core.vocabulary import Event, EventType
 
 DRIFT_PAUSED = "driftPaused"  # status.day2 key: why drift correction is paused (absent: it is not)
 
@@ -103,7 +104,7 @@ class StatusSink(Protocol):
 
 
 class EventSink(Protocol):
-    async def post(self, etype: str, reason: str, message: str) -> None: ...
+    async def post(self, event: Event) -> None: ...
 
 
 class Day2Status(MutableMapping[str, Any]):
@@ -238,7 +239,7 @@ class Context:
 
     async def event(self, reason: str, message: str, *, warning: bool = False) -> None:
         """Post an Event on the resource."""
-        await self.events.post("Warning" if warning else "Normal", reason, message)
+        await self.events.post(Event(EventType.WARNING if warning else EventType.NORMAL, reason, message))
 
     def pause_drift(self, why: str) -> None:
         """Stop drift correction of this release (saved with ``status.day2``) until resumed."""

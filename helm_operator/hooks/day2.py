@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from helm_operator.adapters.kube import Kube
-from helm_operator.adapters.report import Event, Reporter
+from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
 from helm_operator.core.locks import Concurrency
+from helm_operator.core.vocabulary import Event
 from helm_operator.hooks.context import Context
 from helm_operator.hooks.engines.actions import Actions
 from helm_operator.hooks.engines.schedules import Schedules
@@ -103,7 +104,9 @@ class Day2:
         self.schedules.arm(watch, body, ident, [h.name for h in hooks.schedules if governs(h, invalid)])
         self.watches.ensure(watch, body, ident)
         self.actions.request(watch, body, ident, invalid)
-        return [("Warning", p.reason, p.message) for p in health.failing(owner) if before.get(p.source) != p]
+        return [
+            Event.warning(p.reason, p.message) for p in health.failing(owner) if before.get(p.source) != p
+        ]
 
     # --- lifetime --------------------------------------------------------------------------------
 

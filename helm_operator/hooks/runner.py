@@ -11,6 +11,7 @@ import logging
 import traceback
 from dataclasses import dataclass
 
+from helm_operator.core.vocabulary import Reason
 from helm_operator.hooks.context import Context
 from helm_operator.hooks.errors import InvalidSpec, PermanentError, TemporaryError
 from helm_operator.hooks.registry import Hook
@@ -23,7 +24,7 @@ RETRY_DEFAULT = 30.0  # seconds before a hook that raised an unexpected exceptio
 @dataclass(frozen=True)
 class HookResult:
     ok: bool
-    reason: str = ""  # HookFailed | HookTimedOut | HookRetrying
+    reason: Reason = Reason.HOOKS_SUCCEEDED  # not ok: HOOK_FAILED, HOOK_TIMED_OUT, HOOK_RETRYING, …
     message: str = ""
     retry_after: float | None = None  # None with ok=False: permanent, until the resource changes
     field: str | None = None  # InvalidSpec: the dotted spec field at fault
@@ -36,7 +37,7 @@ class HookResult:
         return self.wait
 
     @property
-    def problem(self) -> tuple[str, str] | None:
+    def problem(self) -> tuple[Reason, str] | None:
         """What the ``Day2`` condition is told: (reason, message) of a failure, None otherwise."""
         return None if self.ok or self.waiting else (self.reason, self.message)
 
@@ -62,20 +63,22 @@ async def run(hook: Hook, ctx: Context) -> HookResult:
     except TimeoutError:
         result = HookResult(
             False,
-            "HookTimedOut",
+            Reason.HOOK_TIMED_OUT,
             f"{hook.label} did not finish within {hook.timeout:g}s and was cancelled",
             60.0,
         )
     except TemporaryError as exc:
-        result = HookResult(False, "HookRetrying", f"{hook.label}: {exc}", exc.delay, wait=True)
+        result = HookResult(False, Reason.HOOK_RETRYING, f"{hook.label}: {exc}", exc.delay, wait=True)
     except InvalidSpec as exc:
-        result = HookResult(False, "InvalidSpec", f"{hook.label}: {exc}", field=exc.path, detail=str(exc))
+        result = HookResult(
+            False, Reason.INVALID_SPEC, f"{hook.label}: {exc}", field=exc.path, detail=str(exc)
+        )
     except PermanentError as exc:
-        result = HookResult(False, "HookFailed", f"{hook.label}: {exc}", detail=str(exc))
+        result = HookResult(False, Reason.HOOK_FAILED, f"{hook.label}: {exc}", detail=str(exc))
     except Exception as exc:
         ctx.log.warning("%s raised", hook.label, exc_info=True)
         message = f"{hook.label} raised {type(exc).__name__}: {exc}{_origin(exc)}"
-        result = HookResult(False, "HookFailed", message, RETRY_DEFAULT)
+        result = HookResult(False, Reason.HOOK_FAILED, message, RETRY_DEFAULT)
     try:
         await ctx.day2.save()
     except Exception as exc:  # the resource went away or the API server is unreachable

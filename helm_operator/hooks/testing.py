@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helm_operator.core.vocabulary import Event
 from helm_operator.hooks.builtin import jobs
 from helm_operator.hooks.context import Context, Day2Status, Release, frozen, lookup, thawed
 from helm_operator.hooks.errors import InvalidSpec
@@ -190,10 +191,10 @@ class _Saved:
 
 class _Events:
     def __init__(self) -> None:
-        self.posted: list[tuple[str, str, str]] = []
+        self.posted: list[tuple[str, str, str]] = []  # (type, reason, message): typed Events
 
-    async def post(self, etype: str, reason: str, message: str) -> None:
-        self.posted.append((etype, reason, message))
+    async def post(self, event: Event) -> None:
+        self.posted.append(event)
 
 
 @dataclass

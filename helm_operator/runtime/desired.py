@@ -17,6 +17,7 @@ from helm_operator.core.masking import mask
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, RETRY_ANNOTATION
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 from helm_operator.core.values import digest, merge, user_values, validate
+from helm_operator.core.vocabulary import Reason
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome
 
@@ -120,19 +121,19 @@ def prepare(
     violations = validate(merged, chart.schema)
     if violations:
         msg = "values do not match the chart's schema: " + "; ".join(str(v) for v in violations)
-        return Outcome("stalled", "InvalidValues", mask(msg, values))
+        return Outcome("stalled", Reason.INVALID_VALUES, mask(msg, values))
     size = record_size_estimate(chart.compressed_size, values)
     want = digest(chart, values, cr.uid or "")
     tenant = tenant_rules(watch, cr.namespace is not None)
     refused = crds_refused(chart, merged, tenant, served_crds)
     if refused:
-        return Outcome("stalled", "ClusterScopedNotAllowed", refused)  # decided anew each time
+        return Outcome("stalled", Reason.CLUSTER_SCOPED_NOT_ALLOWED, refused)  # decided anew each time
     if size > RELEASE_RECORD_MAX:
         msg = (
             f"the release record would be at least {size // 1024} KiB, over Helm's limit of "
             f"{RELEASE_RECORD_MAX // 1024} KiB per revision; make the spec smaller"
         )
-        return Outcome("stalled", "ReleaseTooLarge", msg, digest=want, permanent=True)
+        return Outcome("stalled", Reason.RELEASE_TOO_LARGE, msg, digest=want, permanent=True)
     owner_ref = None
     if cr.uid:
         owner_ref = {"apiVersion": watch.api_version, "kind": watch.kind, "name": cr.name, "uid": cr.uid}

@@ -26,10 +26,11 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
-from helm_operator.adapters.report import Event, Reporter
+from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch, selector_matches
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.masking import mask
+from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.check import manifest_objects, mode_of
 from helm_operator.drift.diff import ignored_pointers, rules_for, without_ignored
 from helm_operator.hooks.context import DRIFT_PAUSED
@@ -58,6 +59,7 @@ from helm_operator.preview.plan import (
     three_way_patch,
 )
 from helm_operator.release.outcome import Outcome
+from helm_operator.release.record import PENDING_STATUSES
 from helm_operator.release.state import Action, ReleaseState
 from helm_operator.runtime.desired import Resource, Target
 from helm_operator.runtime.reconcile import desired
@@ -297,7 +299,8 @@ class Previewer:
                 )
             except HelmError as exc:
                 # A pending-* release refuses even a dry-run; the operator would unlock it first.
-                locked = exc.reason == "Locked" and base.reason.startswith("release is stuck")
+                stuck = current is not None and current.status in PENDING_STATUSES
+                locked = exc.reason is Reason.LOCKED and stuck
                 hint = f" ({base.reason})" if locked else ""
                 raise PreviewError(f"{base.ref}: {exc.reason}: {exc.message}{hint}") from None
             docs = objects_of(rendered.manifest, ident.name, ident.namespace)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helm_operator.core.conditions import Contribution, Owner, merge_conditions, status_patch_of
-from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason, events_of
+from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.hooks.health import Health
 
 PACKAGE = Path(__file__).resolve().parents[2] / "helm_operator"
@@ -32,11 +32,11 @@ def test_conditions_serialise_as_plain_strings() -> None:
     assert type(merged[0]["type"]) is str and type(merged[0]["reason"]) is str
 
 
-def test_events_are_typed_and_read_from_the_loose_form() -> None:
+def test_events_are_typed_values_that_serialise_as_plain_strings() -> None:
     assert Event.warning(Reason.DRIFT_DETECTED, "x") == ("Warning", "DriftDetected", "x")
-    assert events_of([("Normal", "Backup", "done")]) == [Event(EventType.NORMAL, "Backup", "done")]
+    assert Event(EventType.NORMAL, "Backup", "done") == ("Normal", "Backup", "done")
     with pytest.raises(ValueError):
-        events_of([("Info", "Backup", "done")])  # not an Event type the API accepts
+        EventType("Info")  # not an Event type the API accepts
 
 
 def test_an_owner_contributes_only_what_it_owns() -> None:
@@ -111,13 +111,8 @@ def test_conditions_are_merged_in_one_place() -> None:
     assert merging == []
 
 
-# Hook engines that still build the loose (type, reason, message) Event form.
-LOOSE_EVENTS = {
-    "hooks/day2.py",
-    "hooks/engines/actions.py",
-    "hooks/engines/schedules.py",
-    "hooks/engines/stages.py",
-}
+# Modules allowed to build the loose (type, reason, message) Event form: none.
+LOOSE_EVENTS: set[str] = set()
 
 
 def test_events_and_conditions_are_typed_values() -> None:
@@ -138,3 +133,72 @@ def test_events_and_conditions_are_typed_values() -> None:
             ):
                 bare.append(f"{rel}:{node.lineno}")
     assert bare == []
+
+
+# Where a reason goes in the calls that carry one: (callable's name, positional index, keyword).
+REASON_ARGUMENTS = {
+    "Outcome": (1, "reason"),
+    "HookResult": (1, "reason"),
+    "HelmError": (0, "reason"),
+    "Violation": (0, "reason"),
+    "Condition": (2, "reason"),
+    "Event": (1, "reason"),
+    "normal": (0, "reason"),  # Event.normal
+    "warning": (0, "reason"),  # Event.warning
+}
+# Hook modules the product ships speak through ctx.event as any hook module does: their reasons
+# are the hook author's vocabulary (free strings), not the engine's.
+HOOK_AUTHORED = ("hooks/builtin/",)
+
+
+def _is_text(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_is_text(e) for e in node.elts)
+
+
+def _names_a_reason(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "reason") or (
+        isinstance(node, ast.Name) and node.id == "reason"
+    )
+
+
+def test_the_engine_decides_and_branches_on_reasons_that_are_members() -> None:
+    """Every reason the engine builds an outcome, a hook result, a Helm error, a tenant verdict, a
+    condition or an Event with is a vocabulary member, and no branch compares a reason with text
+    (``exc.reason == "Locked"``): a typo is a mypy error, not a branch never taken."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        if rel.startswith(HOOK_AUTHORED) or rel.startswith("dev/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                on = getattr(getattr(node.func, "value", None), "id", None)
+                if name in ("normal", "warning") and on != "Event":
+                    continue  # a logger's warning, not Event.warning
+                if name in REASON_ARGUMENTS:
+                    index, keyword = REASON_ARGUMENTS[name]
+                    args = node.args[index : index + 1] + [k.value for k in node.keywords if k.arg == keyword]
+                    if any(_is_text(a) for a in args):
+                        found.append(f"{rel}:{node.lineno} {name}(<text reason>)")
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(_names_a_reason(x) for x in sides) and any(_is_text(x) for x in sides):
+                    found.append(f"{rel}:{node.lineno} reason compared with text")
+    assert found == []
+
+
+def test_helm_s_error_classes_and_the_permanent_ones_are_members() -> None:
+    from helm_operator.adapters.helm import PERMANENT_REASONS, classify
+
+    assert all(isinstance(r, Reason) for r in PERMANENT_REASONS)
+    assert classify("Error: helm-operator: NamespaceViolation: ConfigMap/x targets namespace 'y'") is (
+        Reason.NAMESPACE_VIOLATION
+    )
+    assert classify("template: x/templates/cm.yaml:3:4: bad") is Reason.RENDER_FAILED
+    assert classify("something else") is Reason.HELM_FAILED
+    assert json.dumps(Reason.RENDER_FAILED) == '"RenderFailed"'  # the API sees the same string

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.config.watches import Watch
 from helm_operator.core.naming import ACTION_ANNOTATION
+from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks.engines.shared import NOW, Shared
 from helm_operator.hooks.engines.specs import governs
 from helm_operator.hooks.engines.tasks import Tasks
@@ -46,14 +47,14 @@ class Actions:
         health, owner = self.shared.health, ident.owner
         request = str((meta.get("annotations") or {}).get(ACTION_ANNOTATION) or "")
         if not request:
-            if any(p.source == SOURCE and p.reason == "ActionHeld" for p in health.failing(owner)):
+            if any(p.source == SOURCE and p.reason == Reason.ACTION_HELD for p in health.failing(owner)):
                 health.report(owner, SOURCE, None)
             return
         verb, _ = parse_action(request)
         hook = self.shared.of(watch).action_for(verb)
         if hook is not None and governs(hook, invalid):
-            why = "; ".join(p.message for p in health.failing(owner) if p.reason == "InvalidSpec")
-            health.report(owner, SOURCE, ("ActionHeld", f"action {request} waits: {why}"))
+            why = "; ".join(p.message for p in health.failing(owner) if p.reason == Reason.INVALID_SPEC)
+            health.report(owner, SOURCE, (Reason.ACTION_HELD, f"action {request} waits: {why}"))
             return
         step = functools.partial(self._act, watch, meta.get("namespace"), meta["name"])
         self.tasks.start(ident, "action", step)
@@ -84,10 +85,12 @@ class Actions:
         if hook is None:
             known = ", ".join(sorted(h.verb for h in hooks.actions)) or "none"
             result = HookResult(
-                False, "UnknownAction", f"unknown action {verb!r}; {watch.kind} supports: {known}"
+                False, Reason.UNKNOWN_ACTION, f"unknown action {verb!r}; {watch.kind} supports: {known}"
             )
         else:
-            await shared.reporter.events(ref, [("Normal", "ActionStarted", f"{request}: run {run_as}")])
+            await shared.reporter.events(
+                ref, [Event.normal(Reason.ACTION_STARTED, f"{request}: run {run_as}")]
+            )
             release = await shared.release(watch, body)
             result = await run(
                 hook, shared.context(watch, body, release=release, run_as=run_as, argument=argument)
@@ -102,7 +105,7 @@ class Actions:
         await shared.reporter.status(ref, watch.served_plural, {"day2": {"lastAction": last}})
         if result.ok:
             await shared.reporter.events(
-                ref, [("Normal", "ActionSucceeded", f"{request}: run {run_as} succeeded")]
+                ref, [Event.normal(Reason.ACTION_SUCCEEDED, f"{request}: run {run_as} succeeded")]
             )
         await shared.record(watch, body, SOURCE, result)
         return await self._acknowledge(watch, body, request)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helm_operator.config.watches import Watch
+from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks.engines.shared import NOW, Shared
 from helm_operator.hooks.engines.specs import schedule_of
 from helm_operator.hooks.engines.tasks import Tasks
@@ -81,7 +82,7 @@ class Schedules:
         if decision.missed:
             msg = f"{hook.name}: {decision.missed} earlier slot(s) passed unrun; ran the latest once"
             await self.shared.reporter.events(
-                self.shared.ref(watch, body), [("Normal", "MissedSchedule", msg)]
+                self.shared.ref(watch, body), [Event.normal(Reason.MISSED_SCHEDULE, msg)]
             )
         return await self._run(watch, body, hook, run_as, decision.run, started)
 

@@ -50,8 +50,8 @@ class _Events:
     def __init__(self, reporter: Reporter, ref: ObjectRef) -> None:
         self.reporter, self.ref = reporter, ref
 
-    async def post(self, etype: str, reason: str, message: str) -> None:
-        await self.reporter.events(self.ref, [(etype, reason, message)])
+    async def post(self, event: Event) -> None:
+        await self.reporter.events(self.ref, [event])
 
 
 class _ResourceLog(logging.LoggerAdapter):  # type: ignore[type-arg]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helm_operator.config.watches import Watch
+from helm_operator.core.vocabulary import Reason
 from helm_operator.hooks.context import lookup
 from helm_operator.hooks.engines.shared import Shared
 from helm_operator.hooks.errors import InvalidSpec
@@ -54,7 +55,7 @@ class Specs:
                 health.report(owner, source, None)
             except InvalidSpec as exc:
                 invalid.append(exc.path)
-                health.report(owner, source, ("InvalidSpec", str(exc)))
+                health.report(owner, source, (Reason.INVALID_SPEC, str(exc)))
         for check in hooks.validators:
             result = await run(check, self.shared.context(watch, body))
             health.report(owner, f"validate {getattr(check.fn, '__name__', check.label)}", result.problem)

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helm_operator.adapters.report import Event
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import parse_rfc3339
 from helm_operator.core.naming import FORCE_UNINSTALL_ANNOTATION
+from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks.engines.shared import Shared
 from helm_operator.hooks.registry import Stage, When
 from helm_operator.hooks.runner import OK, HookResult, run
@@ -65,7 +65,9 @@ class Stages:
         meta = body["metadata"]
         if (meta.get("annotations") or {}).get(FORCE_UNINSTALL_ANNOTATION) == "true":
             names = ", ".join(h.label for h in hooks)
-            return OK, [("Warning", "HooksOverridden", f"{FORCE_UNINSTALL_ANNOTATION}=true: skipped {names}")]
+            return OK, [
+                Event.warning(Reason.HOOKS_OVERRIDDEN, f"{FORCE_UNINSTALL_ANNOTATION}=true: skipped {names}")
+            ]
         events: list[Event] = []
         for hook in hooks:
             result = await run(hook, self.shared.context(watch, body, release=release))
@@ -74,7 +76,7 @@ class Stages:
             since = _age(meta.get("deletionTimestamp"))
             if hook.block_for is not None and since >= hook.block_for:
                 msg = f"{result.message}; uninstalling anyway: deletion blocked for {hook.block_for:g}s"
-                events.append(("Warning", "HookGaveUp", msg))
+                events.append(Event.warning(Reason.HOOK_GAVE_UP, msg))
                 continue
             # Look again when the hook asks to (a running backup), when it would give up, or
             # (a failure that waits for a change: None) when the resource changes.
@@ -83,12 +85,12 @@ class Stages:
                 again = min(again if again is not None else hook.block_for, hook.block_for - since)
             if result.waiting:
                 msg = f"deletion waits: {result.message}"
-                return HookResult(False, "UninstallWaiting", msg, again, wait=True), events
+                return HookResult(False, Reason.UNINSTALL_WAITING, msg, again, wait=True), events
             msg = (
                 f"deletion blocked: {result.message}. Fix the cause, or annotate the resource "
                 f"{FORCE_UNINSTALL_ANNOTATION}=true to uninstall without it"
             )
-            return HookResult(False, "UninstallBlocked", msg, again), events
+            return HookResult(False, Reason.UNINSTALL_BLOCKED, msg, again), events
         return OK, events
 
 
