@@ -110,13 +110,29 @@ def _wait_for_signal() -> None:
         pass
 
 
+def _real_node_images() -> list[Path]:
+    """Every image the real node runs (built once, cached by their inputs), imported at its start."""
+    from helm_operator.dev import images
+
+    return list(images.archives(progress=lambda line: print(f"images: {line}", flush=True)).values())
+
+
 def cmd_dev_up(args: argparse.Namespace) -> int:
+    from helm_operator.dev import nodeconfig
     from helm_operator.dev.devcluster import DevCluster
 
-    with DevCluster(args.name, nodes=args.nodes) as cluster:
+    with DevCluster(
+        args.name, nodes=args.nodes, real_node=args.real_node, images=_real_node_images
+    ) as cluster:
         print(f"cluster {cluster.name} is ready")
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
         print(cluster.kubectl("get", "nodes").stdout)
+        if args.real_node:
+            print(
+                f"Node '{nodeconfig.NODE_NAME}' runs real containers; a Pod goes there with nodeSelector "
+                f'{nodeconfig.LABEL}: "true" and a toleration of the taint {nodeconfig.TAINT_KEY}, '
+                "and images named localhost/helm-operator/... (imagePullPolicy: Never)."
+            )
         print("Ctrl-C stops it and removes everything it started.")
         sys.stdout.flush()
         _wait_for_signal()
@@ -282,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fin.set_defaults(func=cmd_finalize)
 
-    dev = sub.add_parser("dev", help="a local control plane built from source (KWOK nodes)")
+    dev = sub.add_parser("dev", help="a local control plane built from source (KWOK nodes and a real one)")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)
     for name, func, help_ in (
         ("up", cmd_dev_up, "start a cluster and keep it running until Ctrl-C"),
@@ -292,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--name", default=None, help="cluster name (default: generated)")
         p.add_argument("--nodes", type=int, default=2, help="fake KWOK nodes")
         p.set_defaults(func=func)
+        if name == "up":
+            p.add_argument(
+                "--real-node",
+                action=argparse.BooleanOptionalAction,
+                default=True,
+                help="also one real node (kubelet, containerd; needs root) beside the fake ones",
+            )
         if name == "demo":
             p.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
             p.add_argument("--watches-file", default="watches.yaml")

@@ -21,9 +21,11 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
+from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
 log = logging.getLogger(__name__)
@@ -94,13 +96,25 @@ def _kill_all(pids: list[int], grace: float = 5.0) -> None:
 class DevCluster:
     """One local cluster. Use as a context manager, or call ``start()`` / ``stop()``."""
 
-    def __init__(self, name: str | None = None, *, nodes: int = 2, tools: Toolchain | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        nodes: int = 2,
+        tools: Toolchain | None = None,
+        real_node: bool = False,
+        images: Callable[[], Iterable[Path]] | None = None,
+    ) -> None:
+        """``nodes`` fake (KWOK) nodes; ``real_node`` adds one kubelet with containerd, into which
+        the archives ``images()`` returns are imported (there is no registry to pull from)."""
         self.name = name or f"ho-{os.getpid()}-{secrets.token_hex(2)}"
         self.nodes = nodes
         self.tools = tools or Toolchain.discover()
         self.root = clusters_dir() / self.name
         self.kubeconfig = self.root / "kubeconfig"
         self.owned = True
+        self.real_node = RealNode(self.root, self.kubeconfig, self.tools) if real_node else None
+        self._images = images
 
     @classmethod
     def attach(cls, kubeconfig: str | Path, tools: Toolchain | None = None) -> DevCluster:
@@ -121,6 +135,8 @@ class DevCluster:
             "kwok",
             "kwokctl",
         )
+        if self.real_node is not None:
+            self.real_node.require()
         reap_orphans()
         if self.root.exists():
             raise ClusterError(f"cluster directory {self.root} already exists; is '{self.name}' running?")
@@ -145,12 +161,23 @@ class DevCluster:
                 str(self.tools.etcd),
                 "--kube-authorization",
                 "--kube-admission",
+                # Each component's first --extra-args comes before any component's second: kwokctl
+                # v0.8.0 panics otherwise.
                 # PVCs bind through the in-tree hostPath provisioner (no storage exists otherwise).
                 "--extra-args",
                 "kube-controller-manager=enable-hostpath-provisioner=true",
                 # The API server's default Service range (a /24) runs out at ~250 Services.
                 "--extra-args",
                 f"kube-apiserver=service-cluster-ip-range={SERVICE_RANGE}",
+                # KWOK plays the kubelet only for its fake nodes (annotated by `kwokctl scale node`):
+                # a real node's status and Pods are its kubelet's.
+                "--extra-args",
+                "kwok-controller=manage-all-nodes=false",
+                # The API server reaches a real kubelet by address (node names do not resolve here).
+                "--extra-args",
+                "kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname",
+                "--extra-args",
+                "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 # The controllers' default client rate (20 requests/s) made rolling out a few
                 # hundred Deployments take minutes of the cluster's time, not the operator's.
                 "--extra-args",
@@ -168,6 +195,8 @@ class DevCluster:
                 self._kwokctl("scale", "node", "--replicas", str(self.nodes), timeout=60)
             self._wait_ready(deadline=started + timeout)
             self.kubectl("apply", "-f", "-", input=STORAGE_CLASS)
+            if self.real_node is not None:
+                self.real_node.start(self._images() if self._images else [])
         except BaseException:
             self.stop()
             raise
@@ -183,6 +212,8 @@ class DevCluster:
         """Delete the cluster; kill whatever survived; remove its directory. Safe to call twice."""
         if not self.owned or not self.root.exists():
             return
+        if self.real_node is not None or (self.root / "node").exists():
+            (self.real_node or RealNode(self.root, self.kubeconfig, self.tools)).stop()
         with contextlib.suppress(Exception):
             self._kwokctl("delete", "cluster", timeout=60, check=False)
         _kill_all(_pids_referencing(self.root))
@@ -264,6 +295,8 @@ def reap_orphans() -> list[str]:
     if not base.is_dir():
         return reaped
     for root in base.iterdir():
+        if not root.is_dir():
+            continue
         owner = root / OWNER_FILE
         try:
             pid = int(owner.read_text())

@@ -59,6 +59,9 @@ class Toolchain:
     etcd: Path
     kwok: Path
     kwokctl: Path
+    kubelet: Path
+    kube_proxy: Path
+    coredns: Path
 
     @classmethod
     def discover(cls) -> Toolchain:
@@ -71,6 +74,7 @@ class Toolchain:
 
         kube = Path(os.environ.get("HELM_OPERATOR_KUBE_DIR", comp("kubernetes", "KUBE")))
         kwok = Path(os.environ.get("HELM_OPERATOR_KWOK_DIR", comp("kwok", "KWOK")))
+        kubenode = Path(os.environ.get("HELM_OPERATOR_KUBENODE_DIR", comp("kubenode", "KUBE")))
         return cls(
             helm=Path(os.environ.get("HELM_OPERATOR_HELM", comp("helm", "HELM4") / "helm")),
             helm3=Path(os.environ.get("HELM_OPERATOR_HELM3", comp("helm", "HELM3") / "helm")),
@@ -81,6 +85,9 @@ class Toolchain:
             etcd=Path(os.environ.get("HELM_OPERATOR_ETCD", comp("etcd", "ETCD") / "etcd")),
             kwok=kwok / "kwok",
             kwokctl=kwok / "kwokctl",
+            kubelet=kubenode / "kubelet",
+            kube_proxy=kubenode / "kube-proxy",
+            coredns=Path(os.environ.get("HELM_OPERATOR_COREDNS", comp("coredns", "COREDNS") / "coredns")),
         )
 
     @property

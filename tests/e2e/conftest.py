@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from helm_operator.dev import images
 from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.realnode import SYSCTLS, RealNode, sysctl
 from helm_operator.dev.tools import Toolchain
 
 from .operator import REPO, OperatorProcess, Resources, shipped_watches
@@ -48,6 +50,28 @@ def cluster(tools: Toolchain) -> Iterator[DevCluster]:
     finally:
         cluster.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: DevCluster) -> Iterator[RealNode]:
+    """One real kubelet node (containerd) joins the session's cluster when a test first needs real
+    processes, with every image imported; on teardown nothing of it may stay on the machine."""
+    if cluster.real_node is not None:
+        yield cluster.real_node
+        return
+    before = {name: sysctl(name) for name in SYSCTLS}
+    node = RealNode(cluster.root, cluster.kubeconfig, cluster.tools)
+    node.start(images.archives([images.PAUSE, images.DEBIAN]).values())
+    try:
+        yield node
+    finally:
+        node.stop()
+        left = node.leftovers() + [
+            f"sysctl {name} = {sysctl(name)} (was {value})"
+            for name, value in before.items()
+            if sysctl(name) != value
+        ]
+        assert left == [], f"the real node left traces on the machine: {left}"
 
 
 class Helm:
