@@ -57,6 +57,21 @@ def labels(ctx: Context, role: str) -> dict[str, str]:
     return {DAY2_LABEL: ctx.owner, "helm-operator.io/day2-role": role}
 
 
+def placement(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the chart's Pods are placed, from its values: a Job that reads their volumes or reaches
+    them must run on the same kind of node (a toleration, a selected pool). Pod affinity is not
+    taken: it is about the chart's own Pods, which a Job is not."""
+    out: dict[str, Any] = {}
+    if isinstance(values.get("nodeSelector"), Mapping) and values["nodeSelector"]:
+        out["nodeSelector"] = dict(values["nodeSelector"])
+    if isinstance(values.get("tolerations"), list) and values["tolerations"]:
+        out["tolerations"] = [dict(t) for t in values["tolerations"] if isinstance(t, Mapping)]
+    affinity = values.get("affinity")
+    if isinstance(affinity, Mapping) and isinstance(affinity.get("nodeAffinity"), Mapping):
+        out["affinity"] = {"nodeAffinity": dict(affinity["nodeAffinity"])}
+    return out
+
+
 def job(
     ctx: Context,
     name: str,
@@ -72,12 +87,14 @@ def job(
 
     Its containers are :class:`~helm_operator.hooks.builtin.jobs.Container` values (built by
     ``jobs.command`` or ``jobs.shell``), so every value reaches them as data; ``pod`` holds other
-    Pod spec fields (``securityContext`` …)."""
+    Pod spec fields (``securityContext`` …). It runs where the chart's Pods run: the release's
+    ``nodeSelector``, ``tolerations`` and node affinity (the usual chart values) are its own unless
+    ``pod`` sets them."""
     extra = dict(pod or {})
     taken = {"containers", "initContainers", "volumes"} & extra.keys()
     if taken:
         raise ValueError(f"Job {name}: give {', '.join(sorted(taken))} as arguments, not in pod")
-    spec: dict[str, Any] = {"restartPolicy": "Never", **extra}
+    spec: dict[str, Any] = {"restartPolicy": "Never", **placement(ctx.values or ctx.spec), **extra}
     if init:
         spec["initContainers"] = [c.manifest() for c in init]
     spec["containers"] = [c.manifest() for c in containers]
