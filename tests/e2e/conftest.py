@@ -61,7 +61,7 @@ def real_node(cluster: DevCluster) -> Iterator[RealNode]:
         return
     before = {name: sysctl(name) for name in SYSCTLS}
     node = RealNode(cluster.root, cluster.kubeconfig, cluster.tools)
-    node.start(images.archives([images.PAUSE, images.DEBIAN]).values())
+    node.start(images.archives().values())
     try:
         yield node
     finally:
