@@ -156,9 +156,11 @@ class RealNode:
             )
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self, image_archives: Iterable[Path], timeout: float = 120.0) -> None:
+    def start(self, image_archives: Iterable[Path], timeout: float = 120.0, lock_wait: float = 0.0) -> None:
+        """Join the cluster; with ``lock_wait``, first wait that long for another cluster's real node
+        to stop (one per machine) instead of failing at once."""
         self.require()
-        self._take_machine_lock()
+        self._take_machine_lock(lock_wait)
         started = time.monotonic()
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.paths.logs.mkdir(exist_ok=True)
@@ -282,8 +284,11 @@ class RealNode:
         self._lock = handle
         return True
 
-    def _take_machine_lock(self) -> None:
-        if not self._try_machine_lock():
+    def _take_machine_lock(self, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        while not self._try_machine_lock() and time.monotonic() < deadline:
+            time.sleep(1.0)
+        if self._lock is None:
             raise NodeError(
                 f"a real node already runs on this machine ({self._holder}); one at a time: kube-proxy "
                 "owns the host's Service rules. Stop that cluster first."

@@ -61,7 +61,8 @@ def real_node(cluster: DevCluster) -> Iterator[RealNode]:
         return
     before = {name: sysctl(name) for name in SYSCTLS}
     node = RealNode(cluster.root, cluster.kubeconfig, cluster.tools)
-    node.start(images.archives().values())
+    # One real node per machine: a concurrent run's is waited for (it releases it when it ends).
+    node.start(images.archives().values(), lock_wait=1200)
     try:
         yield node
     finally:
