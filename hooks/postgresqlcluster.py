@@ -29,6 +29,7 @@ from helm_operator.hooks import (
     Hooks,
     Retention,
     Script,
+    SecretKey,
     backup,
     bounded,
     failover,
@@ -54,12 +55,19 @@ gzip -f "/backups/$BACKUP.sql"
 """
 )
 
-# Instance 0's data directory from the dump $SOURCE, before the database runs.
+# Instance 0's data directory from the dump $SOURCE, before the database runs; the superuser gets
+# the cluster's password ($POSTGRES_PASSWORD, from its Secret), as the instances' own initdb does.
 RESTORE = Script(
     """
 if [ -s "$PGDATA/PG_VERSION" ]; then echo "$PGDATA already holds a database" >&2; exit 1; fi
 mkdir -p "$PGDATA" && chown postgres:postgres "$PGDATA" && chmod 0700 "$PGDATA"
-gosu postgres initdb -D "$PGDATA" -U "$PGUSER"
+if [ -n "${POSTGRES_PASSWORD:-}" ]; then
+  printf '%s\\n' "$POSTGRES_PASSWORD" >/tmp/pwfile && chown postgres /tmp/pwfile
+  gosu postgres initdb -D "$PGDATA" -U "$PGUSER" --pwfile=/tmp/pwfile
+  rm -f /tmp/pwfile
+else
+  gosu postgres initdb -D "$PGDATA" -U "$PGUSER"
+fi
 gosu postgres pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start
 gosu postgres createdb -h /var/run/postgresql -U "$PGUSER" -- "$PGDATABASE" || true
 gunzip -c "/backups/$SOURCE" | gosu postgres psql -h /var/run/postgresql -v ON_ERROR_STOP=1 \
@@ -180,6 +188,16 @@ def _libpq(ctx: Context) -> dict[str, str]:
     }
 
 
+def password(ctx: Context) -> SecretKey | None:
+    """The superuser's password where the chart keeps it (``auth.existingSecret``, or the Secret it
+    makes from ``auth.password``); None when the cluster trusts connections without one."""
+    auth = (ctx.values or dict(ctx.spec)).get("auth") or {}
+    if not (auth.get("existingSecret") or auth.get("password")):
+        return None
+    secret = auth.get("existingSecret") or f"{ctx.release_name}-auth"[:63].rstrip("-")
+    return SecretKey(str(secret), str(auth.get("secretKey") or "password"))
+
+
 def _backups(claim_name: str, *, read_only: bool = False) -> dict[str, Any]:
     pvc: dict[str, Any] = {"claimName": claim_name}
     if read_only:
@@ -202,8 +220,14 @@ async def take(ctx: Context, name: str, keep: Retention | None = None) -> None:
 
 
 def dump_job(ctx: Context, name: str) -> dict[str, Any]:
+    secret = password(ctx)
     dump = jobs.shell(
-        "backup", _image(ctx), DUMP, env={**_libpq(ctx), "BACKUP": name}, mounts={"backups": "/backups"}
+        "backup",
+        _image(ctx),
+        DUMP,
+        env={**_libpq(ctx), "BACKUP": name},
+        mounts={"backups": "/backups"},
+        secrets={"PGPASSWORD": secret} if secret else None,
     )
     return backup.job(ctx, name, "backup", [dump], volumes=[_backups(claim(ctx))])
 
@@ -213,7 +237,20 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     claim_name, _, file = location.removeprefix("pvc://").partition("/")
     env = {**_libpq(ctx), "SOURCE": file, "PGDATA": "/var/lib/postgresql/pgdata"}
     mounts = {"backups": "/backups", "data": "/var/lib/postgresql"}
-    restore = jobs.shell("restore", _image(ctx), RESTORE, env=env, mounts=mounts)
+    # Before the install the chart has not made its Secret yet: a password given in the spec is
+    # passed as it is (it is in the resource already); an existing Secret is read by reference.
+    auth = (ctx.values or dict(ctx.spec)).get("auth") or {}
+    secret = password(ctx) if auth.get("existingSecret") else None
+    if secret is None and auth.get("password"):
+        env["POSTGRES_PASSWORD"] = str(auth["password"])
+    restore = jobs.shell(
+        "restore",
+        _image(ctx),
+        RESTORE,
+        env=env,
+        mounts=mounts,
+        secrets={"POSTGRES_PASSWORD": secret} if secret else None,
+    )
     volumes = [
         _backups(claim_name, read_only=True),
         {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{statefulset(ctx)}-0"}},

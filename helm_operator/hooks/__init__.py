@@ -20,7 +20,7 @@ The built-ins do the work a policy asks for: ``backup.take_and_prune`` (its clea
 
 from helm_operator.hooks.builtin import backup, failover, jobs, shapes
 from helm_operator.hooks.builtin.backup import Claim
-from helm_operator.hooks.builtin.jobs import Container, Script
+from helm_operator.hooks.builtin.jobs import Container, Script, SecretKey
 from helm_operator.hooks.builtin.retention import Retention, parse_age, parse_count
 from helm_operator.hooks.context import Context, Day2Status, KubeClient, Release
 from helm_operator.hooks.errors import HookError, InvalidSpec, PermanentError, TemporaryError
@@ -40,6 +40,7 @@ __all__ = [
     "Release",
     "Retention",
     "Script",
+    "SecretKey",
     "TemporaryError",
     "backup",
     "bounded",

@@ -32,6 +32,15 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")  # what the API server a
 _declared: set[str] = set()  # texts of every Script declared (what check() accepts)
 
 
+@dataclass(frozen=True)
+class SecretKey:
+    """One key of a Secret in the resource's namespace: a credential reaches a Job's process as an
+    environment variable the kubelet fills in (``secretKeyRef``), never in the Job's own text."""
+
+    secret: str
+    key: str
+
+
 class ScriptError(ValueError):
     """A script or a container that would let a value become shell code."""
 
@@ -142,6 +151,7 @@ class Container:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     mounts: tuple[tuple[str, str], ...] = ()  # (volume, mountPath)
+    secrets: tuple[tuple[str, SecretKey], ...] = ()  # (variable, where its value is kept)
 
     def manifest(self) -> dict[str, Any]:
         """The Kubernetes container, every string escaped for the kubelet's ``$(NAME)``."""
@@ -150,8 +160,13 @@ class Container:
             "image": self.image,
             "command": [escape(a) for a in self.argv],
         }
-        if self.env:
-            out["env"] = [{"name": k, "value": escape(v)} for k, v in self.env]
+        env: list[dict[str, Any]] = [{"name": k, "value": escape(v)} for k, v in self.env]
+        env += [
+            {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+            for k, ref in self.secrets
+        ]
+        if env:
+            out["env"] = env
         if self.mounts:
             out["volumeMounts"] = [{"name": v, "mountPath": p} for v, p in self.mounts]
         return out
@@ -171,13 +186,19 @@ def _container(
     argv: Sequence[str],
     env: Mapping[str, str] | None,
     mounts: Mapping[str, str] | None,
+    secrets: Mapping[str, SecretKey] | None = None,
 ) -> Container:
-    for key, _ in _pairs(env, "env"):
+    for key in [k for k, _ in _pairs(env, "env")] + list(secrets or {}):
         if not _ENV_NAME.match(key):
             raise ScriptError(f"{key!r} is not a valid environment variable name")
+    for key, ref in (secrets or {}).items():
+        if not isinstance(ref, SecretKey):
+            raise TypeError(f"secret {key!r}: give a SecretKey, not {type(ref).__name__}")
     if any(not isinstance(a, str) for a in argv):
         raise TypeError(f"argv of {name}: every element must be a string")
-    return Container(name, image, tuple(argv), _pairs(env, "env"), _pairs(mounts, "mount"))
+    return Container(
+        name, image, tuple(argv), _pairs(env, "env"), _pairs(mounts, "mount"), tuple((secrets or {}).items())
+    )
 
 
 def shell_text(argv: Sequence[str]) -> str | None:
@@ -207,11 +228,13 @@ def command(
     *,
     env: Mapping[str, str] | None = None,
     mounts: Mapping[str, str] | None = None,
+    secrets: Mapping[str, SecretKey] | None = None,
 ) -> Container:
-    """A container that execs ``argv`` as it is: every element one argument, never parsed."""
+    """A container that execs ``argv`` as it is: every element one argument, never parsed;
+    ``secrets`` are variables read from Secrets (credentials)."""
     if shell_text(argv) is not None:
         raise ScriptError(f"{name}: {argv[0]} -c runs a text as code; use shell() with a Script")
-    return _container(name, image, argv, env, mounts)
+    return _container(name, image, argv, env, mounts, secrets)
 
 
 def shell(
@@ -222,13 +245,15 @@ def shell(
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     mounts: Mapping[str, str] | None = None,
+    secrets: Mapping[str, SecretKey] | None = None,
 ) -> Container:
     """A container that runs a declared :class:`Script` (``-e``: the first failure stops it);
-    ``args`` are its ``"$@"`` and ``env`` its variables — data, never code."""
+    ``args`` are its ``"$@"``, ``env`` its variables and ``secrets`` variables read from Secrets —
+    data, never code."""
     if not isinstance(script, Script):
         kind = type(script).__name__
         raise ScriptError(f"{name}: give a Script declared at a module's top level, not a {kind}")
-    return _container(name, image, [script.shell, "-ec", script.text, name, *args], env, mounts)
+    return _container(name, image, [script.shell, "-ec", script.text, name, *args], env, mounts, secrets)
 
 
 def _containers(obj: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
