@@ -50,6 +50,7 @@ def etcd_ref(version: str) -> str:
 
 SUITE = "bookworm"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+POSTGRES_ENTRYPOINT = "tools/images/postgres-entrypoint.sh"  # the public image's docker-entrypoint.sh
 GO_IMAGE_PATH = f"/go/bin:/usr/local/go/bin:{PATH}"
 POSTGRES_PATH = f"/usr/lib/postgresql/15/bin:{PATH}"
 
@@ -266,6 +267,7 @@ def recipes(
     go_version: str,
     etcd_version: str,
     pause_source: str,
+    postgres_entrypoint: str,
     etcd_binaries: str,
     operator_sources: str,
 ) -> dict[str, Recipe]:
@@ -303,20 +305,34 @@ def recipes(
         Recipe(
             POSTGRES,
             "debian",
-            RunConfig(env=(f"PATH={POSTGRES_PATH}", "LANG=C.UTF-8"), cmd=("postgres",)),
-            packages=("postgresql-15", "postgresql-client-15"),
-            # The image's user runs initdb where it wants: no cluster made at install time.
-            prepare="mkdir -p /etc/postgresql-common/createcluster.d"
+            # The public postgres image's contract, which charts rely on: user postgres with uid and
+            # gid 999, PGDATA, gosu, and docker-entrypoint.sh (initdb from POSTGRES_* variables).
+            RunConfig(
+                env=(f"PATH={POSTGRES_PATH}", "LANG=C.UTF-8", "PGDATA=/var/lib/postgresql/data"),
+                entrypoint=("docker-entrypoint.sh",),
+                cmd=("postgres",),
+            ),
+            packages=("postgresql-15", "postgresql-client-15", "gosu"),
+            # The user before the package (which would pick its own ids); no cluster made at install
+            # time: the entrypoint runs initdb where PGDATA says.
+            prepare="groupadd -r -g 999 postgres"
+            " && useradd -r -g postgres -u 999 -d /var/lib/postgresql -s /bin/bash postgres"
+            " && install -d -o postgres -g postgres /var/lib/postgresql"
+            " && mkdir -p /etc/postgresql-common/createcluster.d"
             " && echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.d/image.conf",
+            copies=((f"repo:{POSTGRES_ENTRYPOINT}", "/usr/local/bin/docker-entrypoint.sh"),),
             # The socket directory the tools default to (the package makes it at boot only).
-            script="install -d -m 2775 -o postgres -g postgres /run/postgresql && postgres --version",
-            inputs=rootfs,
+            script="install -d -m 2775 -o postgres -g postgres /run/postgresql"
+            " && install -d -m 0755 /docker-entrypoint-initdb.d"
+            ' && [ "$(id -u postgres):$(id -g postgres)" = 999:999 ]'
+            " && postgres --version && gosu postgres true && docker-entrypoint.sh true",
+            inputs=(*rootfs, ("entrypoint", postgres_entrypoint)),
         ),
         Recipe(
             etcd_ref(etcd_version),
             "debian",
             RunConfig(cmd=("etcd",)),
-            copies=(("etcd-binaries", "/usr/local/bin"),),
+            copies=(("etcd-binaries", "/usr/local/bin/"),),
             script="etcd --version && etcdctl version && etcdutl version",
             inputs=(*rootfs, ("etcd", etcd_version), ("binaries", etcd_binaries)),
         ),
@@ -329,10 +345,6 @@ def recipes(
         ),
     ]
     return {r.ref: r for r in out}
-
-
-# The images a caller asks for; the bases exist only to build the operator's.
-PUBLIC = (PAUSE, DEBIAN, POSTGRES, OPERATOR)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,6 +446,7 @@ class Builder:
                 go_version=_run_out(["go", "version"]).strip(),
                 etcd_version=self.etcd_version,
                 pause_source=tree_digest(self.repo, ["tools/pause"]),
+                postgres_entrypoint=tree_digest(self.repo, [POSTGRES_ENTRYPOINT]),
                 etcd_binaries=self.etcd_version,
                 operator_sources=self.operator_sources(),
             )
@@ -593,8 +606,10 @@ class Builder:
             self._tar(root, layer)
             write_archive(layer, recipe.config, recipe.ref, out)
 
-    def _chroot(self, root: Path, script: str) -> None:
+    def _chroot(self, root: Path, script: str, image_env: Sequence[str] = ()) -> None:
+        """Run ``script`` in ``root`` with the image's own environment (its PATH first)."""
         env = {"PATH": PATH, "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8", "HOME": "/root"}
+        env.update(e.partition("=")[::2] for e in image_env)
         self._run(["chroot", str(root), "/bin/sh", "-ec", script], env=env)
 
     def _apt_install(self, root: Path, packages: Sequence[str]) -> None:
@@ -632,23 +647,30 @@ class Builder:
         sources = {name: self._copy_source(name) for name, _ in recipe.copies}
         with self._derived(recipe, out) as root:
             if recipe.prepare:
-                self._chroot(root, recipe.prepare)
+                self._chroot(root, recipe.prepare, recipe.config.env)
             if recipe.packages:
                 self._apt_install(root, recipe.packages)
             for name, dest in recipe.copies:
                 for src in sources[name]:
                     target = root / dest.lstrip("/")
+                    if dest.endswith("/"):
+                        target.mkdir(parents=True, exist_ok=True)
+                        target = target / src.name
                     if src.is_dir():
                         shutil.copytree(src, target, symlinks=True)
                     else:
-                        target.mkdir(parents=True, exist_ok=True)
-                        shutil.copy2(src, target / src.name)
+                        shutil.copy2(src, target)
             if recipe.script:
-                self._chroot(root, recipe.script)
+                self._chroot(root, recipe.script, recipe.config.env)
 
     def _copy_source(self, name: str) -> list[Path]:
-        """What a recipe's ``copies`` name on the host: a directory copied as the destination, or
-        files copied into it."""
+        """What a recipe's ``copies`` name on the host (``repo:PATH``: a file of this checkout); each
+        is copied to the destination, or into it when that ends with ``/``."""
+        if name.startswith("repo:"):
+            path = self.repo / name.removeprefix("repo:")
+            if not path.exists():
+                raise ImageBuildFailed(f"{path} is missing: the image copies it")
+            return [path]
         if name == "goroot":
             return [Path(_run_out(["go", "env", "GOROOT"]).strip())]
         if name == "etcd-binaries":
@@ -732,10 +754,15 @@ class Builder:
                         self._run([*b, "rmi", old], env=env)
         gomod = _run_out(["go", "env", "GOMODCACHE"]).strip()
         gocache = _run_out(["go", "env", "GOCACHE"]).strip()
+        for cache in (gomod, gocache):
+            Path(cache).mkdir(parents=True, exist_ok=True)
         with self._scratch("operator") as d:
-            # The Go stage reuses the machine's module and build caches (same Go, same flags).
+            # Build steps only (nothing of it lands in the image): the machine's trust store, which
+            # may hold the CA of a proxy between it and the Go proxy or PyPI, and the machine's Go
+            # module and build caches (same Go, same flags) for the Go stage.
             self._run(
                 [*b, "bud", "--isolation", "chroot", "--pull=never", "--layers=false",
+                 "-v", "/etc/ssl/certs:/etc/ssl/certs:ro",
                  "-v", f"{gomod}:/go/pkg/mod", "-v", f"{gocache}:/root/.cache/go-build",
                  "-f", str(self.repo / "Dockerfile"), "-t", recipe.ref, str(self.repo)],
                 env=env,
@@ -773,14 +800,16 @@ def _mb(path: Path) -> str:
 # The API.
 
 
+# What each kind of image needs on the machine besides root.
+PROGRAMS = {
+    "pause": ("go",),
+    "rootfs": ("debootstrap", "tar"),
+    "debian": ("debootstrap", "tar", "chroot", "mount", "go"),
+    "dockerfile": ("debootstrap", "tar", "chroot", "mount", "go", "buildah"),
+}
+
+
 def _builder(progress: Callable[[str], None]) -> Builder:
-    if os.geteuid() != 0:
-        raise ImageBuildFailed("building images needs root (debootstrap, chroot, mount)")
-    for prog in ("debootstrap", "buildah", "go", "tar", "chroot"):
-        if shutil.which(prog) is None:
-            raise ImageBuildFailed(
-                f"building images needs {prog} on PATH (tools/bootstrap images installs it)"
-            )
     tools = tools_dir()
     version = _pinned_versions().get("ETCD", "")
     cache = tools / "images"
@@ -792,30 +821,48 @@ def _builder(progress: Callable[[str], None]) -> Builder:
     )
 
 
+def _check_prerequisites(kinds: Iterable[str]) -> None:
+    if os.geteuid() != 0:
+        raise ImageBuildFailed("building images needs root (debootstrap, chroot, mount): run as root")
+    for prog in sorted({p for k in kinds for p in PROGRAMS[k]}):
+        if shutil.which(prog) is None:
+            raise ImageBuildFailed(
+                f"building images needs {prog} on PATH (tools/bootstrap images installs it)"
+            )
+
+
 @contextlib.contextmanager
 def _locked(cache: Path) -> Iterator[None]:
+    """One build at a time per cache; what a killed build left (mounts, scratch trees) goes first."""
     with (cache / ".lock").open("w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
+        scratch = cache / "tmp"
+        if scratch.is_dir():
+            _unmount_under(scratch)
+            shutil.rmtree(scratch, ignore_errors=True)
         yield
 
 
 def default_refs() -> list[str]:
-    return [*PUBLIC[:3], etcd_ref(_pinned_versions().get("ETCD", "")), OPERATOR]
+    """Every image a real node's Pods use (the Dockerfile's bases are built only for the operator)."""
+    return [PAUSE, DEBIAN, POSTGRES, etcd_ref(_pinned_versions().get("ETCD", "")), OPERATOR]
 
 
 def archives(
     refs: Iterable[str] | None = None, progress: Callable[[str], None] = lambda _: None
 ) -> dict[str, Path]:
-    """The OCI archive of each image by name (default: all of them), building what is missing.
-
-    Idempotent and cached by inputs; one build at a time per tools directory.
-    """
+    """The OCI archive of each image by name (default: ``default_refs()``), building what is
+    missing; idempotent, cached by inputs, one build at a time per tools directory."""
     b = _builder(progress)
     wanted = list(refs) if refs is not None else default_refs()
+    plan = b.plan()
+    unknown = [r for r in wanted if r not in plan]
+    if unknown:
+        raise ImageBuildFailed(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(plan)}")
+    missing = [r for r in wanted if not b.path_of(r).is_file()]
+    if missing:
+        _check_prerequisites(plan[r].kind for r in missing)
     with _locked(b.cache):
-        unknown = [r for r in wanted if r not in b.plan()]
-        if unknown:
-            raise ImageBuildFailed(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(b.plan())}")
         out: dict[str, Path] = {}
         for ref in wanted:
             path = b.path_of(ref)

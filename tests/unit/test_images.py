@@ -21,6 +21,7 @@ def plan(**changed: str) -> dict[str, images.Recipe]:
         "go_version": "go version go1.26.8 linux/amd64",
         "etcd_version": "v3.6.16",
         "pause_source": "p1",
+        "postgres_entrypoint": "e1",
         "etcd_binaries": "v3.6.16",
         "operator_sources": "s1",
     }
@@ -41,10 +42,16 @@ def test_every_image_has_the_name_pods_use() -> None:
     }
 
 
-def test_postgres_has_its_binaries_on_path() -> None:
-    env = dict(e.split("=", 1) for e in plan()[images.POSTGRES].config.env)
+def test_postgres_keeps_the_public_images_contract() -> None:
+    pg = plan()[images.POSTGRES]
+    env = dict(e.split("=", 1) for e in pg.config.env)
     assert env["PATH"].split(":")[0] == "/usr/lib/postgresql/15/bin"
-    assert {"postgresql-15", "postgresql-client-15"} <= set(plan()[images.POSTGRES].packages)
+    assert env["PGDATA"] == "/var/lib/postgresql/data"
+    assert {"postgresql-15", "postgresql-client-15", "gosu"} <= set(pg.packages)
+    assert "-u 999" in pg.prepare and "-g 999" in pg.prepare  # before the package makes the user
+    assert pg.config.entrypoint == ("docker-entrypoint.sh",)
+    assert ("repo:tools/images/postgres-entrypoint.sh", "/usr/local/bin/docker-entrypoint.sh") in pg.copies
+    assert (REPO / images.POSTGRES_ENTRYPOINT).is_file()
 
 
 @pytest.mark.parametrize(
@@ -52,6 +59,7 @@ def test_postgres_has_its_binaries_on_path() -> None:
     [
         ({"operator_sources": "s2"}, {images.OPERATOR}),
         ({"pause_source": "p2"}, {images.PAUSE}),
+        ({"postgres_entrypoint": "e2"}, {images.POSTGRES}),
         ({"etcd_binaries": "other"}, {"localhost/helm-operator/etcd:v3.6.16"}),
         # The mirror is what every Debian-based image (and so the operator's bases) is made from.
         ({"mirror": "http://mirror.example/debian"}, set(plan()) - {images.PAUSE}),
