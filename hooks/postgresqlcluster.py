@@ -60,6 +60,7 @@ gzip -f "/backups/$BACKUP.sql"
 RESTORE = Script(
     """
 if [ -s "$PGDATA/PG_VERSION" ]; then echo "$PGDATA already holds a database" >&2; exit 1; fi
+chgrp postgres /var/lib/postgresql && chmod g+rwx /var/lib/postgresql  # as fsGroup would
 mkdir -p "$PGDATA" && chown postgres:postgres "$PGDATA" && chmod 0700 "$PGDATA"
 if [ -n "${POSTGRES_PASSWORD:-}" ]; then
   printf '%s\\n' "$POSTGRES_PASSWORD" >/tmp/pwfile && chown postgres /tmp/pwfile
@@ -149,9 +150,10 @@ async def restore_from_backup(ctx: Context) -> None:
     )
 
 
-@hooks.watch("v1", "Pod", when=database_pod)
+@hooks.watch("v1", "Pod", when=database_pod, beside_helm=True)
 async def elect_primary(ctx: Context) -> None:
-    """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``."""
+    """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``.
+    Beside Helm: the install waits for the standbys, which wait for a primary to clone."""
     await failover.keep_primary(ctx, ROLE, failover_delay(ctx.spec), database_pod)
 
 

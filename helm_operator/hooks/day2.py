@@ -108,6 +108,13 @@ class Day2:
             Event.warning(p.reason, p.message) for p in health.failing(owner) if before.get(p.source) != p
         ]
 
+    def watch_early(self, watch: Watch, body: Mapping[str, Any]) -> None:
+        """Make sure the watch hooks run before Helm acts: a release whose readiness needs one (a
+        primary elected by a label the standbys wait for) would otherwise wait for itself, since
+        Helm waits for readiness before the turn's :meth:`sync`."""
+        if self.of(watch) is not None:
+            self.watches.ensure(watch, body, self.shared.ident(watch, body))
+
     # --- lifetime --------------------------------------------------------------------------------
 
     def forget(self, watch: Watch, namespace: str | None, name: str) -> None:

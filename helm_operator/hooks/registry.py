@@ -141,6 +141,7 @@ class WatchHook(Hook):
     name: str  # the function's name: the key of its pending changes
     watched: tuple[str, str]  # (apiVersion, kind)
     when: Callable[[Mapping[str, Any]], bool] | None = None  # which changed objects call it
+    beside_helm: bool = False  # runs while Helm acts on the release too (see Hooks.watch)
 
     @property
     def kind(self) -> str:
@@ -282,6 +283,7 @@ class Hooks:
         *,
         when: Callable[[Mapping[str, Any]], bool] | None = None,
         timeout: float = 60.0,
+        beside_helm: bool = False,
     ) -> Callable[[F], F]:
         """Runs when an object of this kind that the release made changes (its Pods too: the
         owner label is put on pod templates), including status changes such as readiness.
@@ -289,11 +291,22 @@ class Hooks:
         ``ctx.objects`` holds every such object of the resource (from the watch's cache) and
         ``ctx.changed`` the one that changed; ``when`` picks the changes that matter. Changes
         that arrive while the hook runs call it once more afterwards; raising ``TemporaryError``
-        calls it again after the delay (e.g. to act when a grace period is over)."""
+        calls it again after the delay (e.g. to act when a grace period is over).
+
+        Like every hook it runs under the release's lock, never while Helm acts on the release;
+        ``beside_helm=True`` lets it run then too, beside the Helm action and its stage hooks
+        (still never beside a schedule, action or other watch hook of the resource): for a hook
+        the release's readiness depends on, which Helm waits for (a primary elected by a label
+        the other instances wait for), or one that must keep the release available during a
+        long upgrade (failover). It must not change what the chart renders."""
 
         def deco(fn: F) -> F:
             name = getattr(fn, "__name__", repr(fn))
-            self._add(WatchHook(fn, timeout, name=name, watched=(api_version, kind), when=when))
+            self._add(
+                WatchHook(
+                    fn, timeout, name=name, watched=(api_version, kind), when=when, beside_helm=beside_helm
+                )
+            )
             return fn
 
         return deco

@@ -184,6 +184,8 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
     ref = ObjectRef(watch.api_version, watch.kind, cr.name, cr.namespace, cr.uid)
     rt.drift.seed_paused(cr.ident.owner, cr.status.get("day2"))
     async with rt.concurrency.release(watch.key, cr.ident.key) as slot:
+        if rt.day2 is not None:
+            rt.day2.watch_early(watch, cr.body)
         result = await reconcile(rt, cr, track)
         outcome = result.outcome
         if outcome.phase in ("stalled", "failed") and result.events:  # said once, with its reason first

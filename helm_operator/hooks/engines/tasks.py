@@ -13,6 +13,7 @@ from helm_operator.release.identity import ReleaseId
 
 log = logging.getLogger(__name__)
 
+HOOKS_LOCK = "#hooks"  # the suffix of the lock every hook of a resource takes
 Step = Callable[[], Awaitable[float | None]]  # one look; seconds until the next, None: done
 
 
@@ -20,7 +21,8 @@ Step = Callable[[], Awaitable[float | None]]  # one look; seconds until the next
 class Tasks:
     """At most one task per (resource, what): each step runs under the release's lock (never
     beside Helm, drift correction or another hook of the resource), then waits the seconds it
-    returned — or less, when woken by a change."""
+    returned — or less, when woken by a change. A step ``beside_helm`` takes only the lock of
+    the resource's tasks: never beside another task, but while Helm acts."""
 
     concurrency: Concurrency
     draining: bool = False  # the operator is stopping: nothing new starts
@@ -28,7 +30,7 @@ class Tasks:
     _wake: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     _stepping: set[tuple[str, str]] = field(default_factory=set)  # inside a step right now
 
-    def start(self, ident: ReleaseId, what: str, step: Step) -> None:
+    def start(self, ident: ReleaseId, what: str, step: Step, *, beside_helm: bool = False) -> None:
         """Run ``step`` as the resource's task ``what``; if that task already runs, wake it from
         its wait, so it looks again now."""
         if self.draining:
@@ -37,18 +39,23 @@ class Tasks:
         task = self._tasks.get(key)
         if task is None or task.done():
             self._wake[key] = asyncio.Event()
-            self._tasks[key] = asyncio.get_running_loop().create_task(self._repeat(ident, key, step))
+            self._tasks[key] = asyncio.get_running_loop().create_task(
+                self._repeat(ident, key, step, beside_helm)
+            )
         else:
             self._wake[key].set()
 
-    async def _repeat(self, ident: ReleaseId, key: tuple[str, str], step: Step) -> None:
+    async def _repeat(self, ident: ReleaseId, key: tuple[str, str], step: Step, beside_helm: bool) -> None:
         """Take ``step`` under the release's lock, then wait the seconds it returns, until it
         returns None. An error ends the task; the next reconcile starts it again."""
         wake = self._wake[key]
         try:
             while not self.draining:
                 wake.clear()
-                async with self.concurrency.lock(ident.key):
+                async with contextlib.AsyncExitStack() as held:
+                    if not beside_helm:  # the release's lock first: Helm holds it alone
+                        await held.enter_async_context(self.concurrency.lock(ident.key))
+                    await held.enter_async_context(self.concurrency.lock(ident.key + HOOKS_LOCK))
                     if self.draining:  # stopped while waiting for the lock
                         return
                     self._stepping.add(key)

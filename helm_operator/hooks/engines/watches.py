@@ -76,7 +76,9 @@ class WatchHooks:
                 continue
             self._changed[(owner, hook.name)] = obj
             step = functools.partial(self._watched, watch, ns, name, hook)
-            self.tasks.start(identify(watch, ns, name), f"watch/{hook.name}", step)
+            self.tasks.start(
+                identify(watch, ns, name), f"watch/{hook.name}", step, beside_helm=hook.beside_helm
+            )
 
     async def _watched(self, watch: Watch, namespace: str | None, name: str, hook: WatchHook) -> float | None:
         """Run a watch hook once (under the lock) with the objects as the watch sees them now."""
