@@ -9,6 +9,10 @@ PersistentVolumeClaim ``<cluster>-backups``. ``restore.fromBackup`` (a snapshot 
 recorded, or its location) fills every member's data volume before the StatefulSet starts, so it
 needs ``pod.persistentVolumeClaimSpec``. With ``tls.static.operatorSecret`` etcdctl uses that
 client certificate (keys ``etcd-client.crt``, ``etcd-client.key``, ``etcd-client-ca.crt``).
+Every Job runs where the members run (the chart's ``nodeSelector``, ``tolerations`` and node
+affinity, top-level or under ``pod``), since it reads their volumes or reaches them. The files of
+pruned snapshots are removed with ``rm`` from ``backup.toolsImage`` (busybox by default: etcd's
+own images have no shell tools), an image a cluster without registry access can name a mirror of.
 
 Every spec value reaches a Job as one argv element or an environment variable (``jobs.command``,
 ``jobs.shell`` with a constant ``Script``), never as shell text; ``validate`` checks their shapes.
@@ -96,6 +100,39 @@ def check_shapes(spec: Mapping[str, Any]) -> None:
             shapes.NAME.check(secret, f"spec.tls.static.{'' if key == 'operatorSecret' else 'member.'}{key}")
     if spec.get("repository") is not None:
         shapes.IMAGE_REPOSITORY.check(spec["repository"], "spec.repository")
+    tools = (spec.get("backup") or {}).get("toolsImage")
+    if tools is not None:
+        shapes.IMAGE_REPOSITORY.check(tools, "spec.backup.toolsImage")
+
+
+def placement(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the chart places the members (``templates/_helpers.tpl``): the top-level
+    ``nodeSelector``/``affinity`` merged over ``pod``'s, the tolerations of both; a Job takes the
+    node-side part of it (no pod affinity: that is about the members themselves)."""
+    pod = spec.get("pod") or {}
+    selector = {**(pod.get("nodeSelector") or {}), **(spec.get("nodeSelector") or {})}
+    tolerations: list[dict[str, Any]] = []
+    for t in [*(pod.get("tolerations") or ()), *(spec.get("tolerations") or ())]:
+        if dict(t) not in tolerations:
+            tolerations.append(dict(t))
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or (pod.get("affinity") or {}).get(
+        "nodeAffinity"
+    )
+    out: dict[str, Any] = {}
+    if selector:
+        out["nodeSelector"] = selector
+    if tolerations:
+        out["tolerations"] = tolerations
+    if node_affinity:
+        out["affinity"] = {"nodeAffinity": dict(node_affinity)}
+    return out
+
+
+def _job(
+    ctx: Context, name: str, role: str, containers: Sequence[jobs.Container], **kw: Any
+) -> dict[str, Any]:
+    """``backup.job`` placed where the members run."""
+    return backup.job(ctx, name, role, containers, pod=placement(ctx.values or ctx.spec), **kw)
 
 
 def statefulset(ctx: Context) -> str:
@@ -105,6 +142,21 @@ def statefulset(ctx: Context) -> str:
 def _image(ctx: Context) -> str:
     values = ctx.values or dict(ctx.spec)
     return f"{values.get('repository', 'quay.io/coreos/etcd')}:v{values.get('version', '3.5.17')}"
+
+
+def _version(ctx: Context) -> tuple[int, int]:
+    """The members' etcd version (major, minor); the chart's default when unset or unparsed."""
+    parts = str((ctx.values or dict(ctx.spec)).get("version") or "3.5.17").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return 3, 5
+
+
+def _api_env(ctx: Context) -> dict[str, str]:
+    """``ETCDCTL_API=3`` where etcdctl still defaults to the v2 API (before 3.4); later ones speak
+    v3 anyway and 3.6 logs the variable as unrecognized on every run."""
+    return {"ETCDCTL_API": "3"} if _version(ctx) < (3, 4) else {}
 
 
 def _tls(ctx: Context) -> tuple[list[str], list[dict[str, Any]], dict[str, str]]:
@@ -155,13 +207,13 @@ def snapshot_job(ctx: Context, name: str) -> tuple[dict[str, Any], str]:
         "snapshot",
         _image(ctx),
         ["etcdctl", endpoint, *flags, "snapshot", "save", f"/snapshots/{name}.db"],
-        env={"ETCDCTL_API": "3"},
+        env=_api_env(ctx),
         mounts={"snapshots": "/snapshots", **tls_mounts},
     )
     s3 = _s3(_policy(ctx.spec))
     if s3 is None:
         volumes = [{"name": "snapshots", "persistentVolumeClaim": {"claimName": claim(ctx)}}, *tls_volumes]
-        return backup.job(ctx, name, "backup", [save], volumes=volumes), f"pvc://{claim(ctx)}/{name}.db"
+        return _job(ctx, name, "backup", [save], volumes=volumes), f"pvc://{claim(ctx)}/{name}.db"
     url = _s3_url(s3, f"{name}.db")
     upload = jobs.command(
         "upload",
@@ -171,18 +223,20 @@ def snapshot_job(ctx: Context, name: str) -> tuple[dict[str, Any], str]:
         mounts={"snapshots": "/snapshots", "aws": "/etc/aws"},
     )
     volumes = [{"name": "snapshots", "emptyDir": {}}, _aws_secret(s3), *tls_volumes]
-    return backup.job(ctx, name, "backup", [upload], init=[save], volumes=volumes), url
+    return _job(ctx, name, "backup", [upload], init=[save], volumes=volumes), url
 
 
 def cleanup_job(ctx: Context, gone: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Remove the snapshot files of pruned backups (on the volume or in the bucket)."""
-    on_volume = backup.remove_files(ctx, gone, BUSYBOX)
+    on_volume = backup.remove_files(ctx, gone, str(_policy(ctx.spec).get("toolsImage") or BUSYBOX))
+    if on_volume is not None:
+        on_volume["spec"]["template"]["spec"].update(placement(ctx.values or ctx.spec))
     urls = [str(r["location"]) for r in gone if str(r.get("location") or "").startswith("s3://")]
     if on_volume is not None or not urls:
         return on_volume
     s3 = _s3(_policy(ctx.spec)) or {}
     rm = jobs.shell("prune", AWS_CLI, PRUNE_S3, args=urls, env=_aws_env(s3), mounts={"aws": "/etc/aws"})
-    job = backup.job(ctx, backup.prune_name(ctx, gone), "prune", [rm], volumes=[_aws_secret(s3)])
+    job = _job(ctx, backup.prune_name(ctx, gone), "prune", [rm], volumes=[_aws_secret(s3)])
     job["spec"]["ttlSecondsAfterFinished"] = 600
     return job
 
@@ -227,8 +281,7 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     urls = [f"{peer}://{sts}-{i}.{sts}.{ns}.svc:2380" for i in range(size)]
     cluster = ",".join(f"{sts}-{i}={u}" for i, u in enumerate(urls))
     file = location.rsplit("/", 1)[-1]
-    version = str((ctx.values or dict(ctx.spec)).get("version") or "3.5")
-    tool = "etcdctl" if version.startswith(("3.3", "3.4")) else "etcdutl"  # etcdutl from 3.5 on
+    tool = "etcdctl" if _version(ctx) < (3, 5) else "etcdutl"  # etcdutl from 3.5 on
     init: list[jobs.Container] = []
     volumes: list[dict[str, Any]] = []
     if location.startswith("s3://"):
@@ -271,12 +324,12 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
                     f"--initial-advertise-peer-urls={url}",
                     f"--data-dir=/data-{i}/default.etcd",
                 ],
-                env={"ETCDCTL_API": "3"},
+                env=_api_env(ctx),
                 mounts={"snapshots": "/snapshots", f"data-{i}": f"/data-{i}"},
             )
         )
     done = jobs.command("done", _image(ctx), [tool, "version"])
-    return backup.job(ctx, name, "restore", [done], init=init, volumes=volumes)
+    return _job(ctx, name, "restore", [done], init=init, volumes=volumes)
 
 
 @hooks.before("install", timeout=120)

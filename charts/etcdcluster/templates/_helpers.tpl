@@ -42,3 +42,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 etcd_cluster: {{ .Release.Name }}
 {{- end -}}
+
+{{/* Placement of the members: the top-level nodeSelector, tolerations and affinity over the older
+pod.* ones (a key of both: the top-level one; tolerations of both apply). Each renders as YAML,
+empty when unset. */}}
+{{- define "etcdcluster.nodeSelector" -}}
+{{- $pod := .Values.pod | default dict -}}
+{{- $merged := merge (deepCopy (.Values.nodeSelector | default dict)) (deepCopy ($pod.nodeSelector | default dict)) -}}
+{{- if $merged }}{{ toYaml $merged }}{{ end -}}
+{{- end -}}
+
+{{- define "etcdcluster.tolerations" -}}
+{{- $pod := .Values.pod | default dict -}}
+{{- $all := concat ($pod.tolerations | default list) (.Values.tolerations | default list) | uniq -}}
+{{- if $all }}{{ toYaml $all }}{{ end -}}
+{{- end -}}
+
+{{- define "etcdcluster.affinity" -}}
+{{- $pod := .Values.pod | default dict -}}
+{{- $merged := merge (deepCopy (.Values.affinity | default dict)) (deepCopy ($pod.affinity | default dict)) -}}
+{{- if $merged }}{{ toYaml $merged }}{{ end -}}
+{{- end -}}
