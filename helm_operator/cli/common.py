@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -66,9 +67,37 @@ def build_app(args: argparse.Namespace, **settings: Any) -> Any:
             file=sys.stderr,
         )
         raise Refused(EXIT_CONFIG)
+    kubeconfig = kubeconfig_path(args.kubeconfig)
     try:
-        kubeconfig = kubeconfig_path(args.kubeconfig)
         return App(Settings(watches=watches, kubeconfig=kubeconfig, helm=helm, hooks=hooks, **settings))
     except config.ConfigException as exc:
         print(f"helm-operator: no usable Kubernetes credentials: {exc}", file=sys.stderr)
         raise Refused(1) from None
+    except Exception as exc:
+        problem = api_unusable(exc)
+        if problem is None:
+            raise
+        creds = kubeconfig or "the Pod's service account"
+        print(f"helm-operator: {problem} (credentials: {creds})", file=sys.stderr)
+        raise Refused(1) from None
+
+
+def api_unusable(exc: BaseException) -> str | None:
+    """What stopped the use of the API server, when ``exc`` says it could not be reached (refused,
+    no route, a certificate that does not name its address) or refused the credentials. The
+    application talks to it while it is built (discovery), so this is a start-up error said in one
+    line; anything else is a bug and keeps its traceback."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError, MaxRetryError
+
+    if isinstance(exc, MaxRetryError):
+        pool = exc.pool
+        where = f"{pool.scheme}://{pool.host}:{pool.port}" if pool is not None else str(exc.url)
+        # urllib3 puts its connection object's repr before the reason: keep the reason.
+        reason = re.sub(r"^<[^>]*>: ", "", str(exc.reason or exc))
+        return f"cannot reach the Kubernetes API server at {where}: {reason}"
+    if isinstance(exc, ApiException) and exc.status in (401, 403):
+        return f"the Kubernetes API server refused the credentials: {exc.status} {exc.reason}"
+    if isinstance(exc, HTTPError):
+        return f"cannot reach the Kubernetes API server: {exc}"
+    return None

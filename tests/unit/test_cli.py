@@ -131,3 +131,33 @@ def test_a_missing_helm_is_a_start_up_error(tmp_path: Path) -> None:
     assert f"the helm executable '{tmp_path / 'no-helm'}' (--helm) is not found" in proc.stderr
     bare = run("run", "--watches-file", str(watches))  # PATH=/usr/bin:/bin has no helm
     assert bare.returncode == 2 and "'helm' (PATH) is not found" in bare.stderr, bare.stderr
+
+
+def test_an_api_server_that_cannot_be_reached_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Start-up talks to the API server (discovery) before anything runs: when it cannot be
+    reached, the operator says where and why in one line and exits 1 (its Pod restarts)."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    chart = tmp_path / "chart"
+    chart.mkdir()
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
+    watches = tmp_path / "watches.yaml"
+    watches.write_text("- {group: g.example.com, version: v1, kind: A, chart: chart}\n")
+    proc = run("run", "--watches-file", str(watches), "--kubeconfig", str(kubeconfig), "--helm", "/bin/true")
+    assert proc.returncode == 1, proc
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(
+        f"helm-operator: cannot reach the Kubernetes API server at https://127.0.0.1:{port}: "
+    ), line
+    assert line.endswith(f"Connection refused (credentials: {kubeconfig})"), line
