@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import prometheus_client
@@ -102,6 +103,13 @@ def _connection_info(cfg: client.Configuration) -> kopf.ConnectionInfo:
         scheme=scheme or None,
         token=value or None,
     )
+
+
+def kopf_identity(leader: LeaderSettings | None) -> str:
+    """kopf's name for this process, given rather than guessed: kopf's guess asks the password
+    database for the user's name, which has no entry for a uid the image or the cluster picks
+    (the image's 65532, any ``runAsUser``), and the operator would stop as it starts."""
+    return leader.identity if leader is not None else f"{socket.gethostname()}/{os.getpid()}"
 
 
 def _reap_workdirs(base: Path) -> None:
@@ -391,6 +399,8 @@ class App:
                 namespaces=list(self.settings.namespaces),
                 standalone=True,
                 stop_flag=self._stop,
+                # kopf's Identity is a NewType of str that kopf does not export.
+                identity=cast(Any, kopf_identity(self.settings.leader)),
             )
         finally:
             if self.fence is not None:
