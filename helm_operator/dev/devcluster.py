@@ -196,7 +196,7 @@ class DevCluster:
             self._wait_ready(deadline=started + timeout)
             self.kubectl("apply", "-f", "-", input=STORAGE_CLASS)
             if self.real_node is not None:
-                self.real_node.start(self._images() if self._images else [])
+                self.real_node.start(self._images or list)
         except BaseException:
             self.stop()
             raise

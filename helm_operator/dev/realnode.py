@@ -22,7 +22,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
@@ -156,9 +156,12 @@ class RealNode:
             )
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self, image_archives: Iterable[Path], timeout: float = 120.0, lock_wait: float = 0.0) -> None:
-        """Join the cluster; with ``lock_wait``, first wait that long for another cluster's real node
-        to stop (one per machine) instead of failing at once."""
+    def start(
+        self, images: Callable[[], Iterable[Path]], timeout: float = 120.0, lock_wait: float = 0.0
+    ) -> None:
+        """Join the cluster with the image archives ``images()`` returns (asked once this machine's
+        node is ours: a rebuild meanwhile replaces them); with ``lock_wait``, first wait that long
+        for another cluster's real node to stop (one per machine) instead of failing at once."""
         self.require()
         self._take_machine_lock(lock_wait)
         started = time.monotonic()
@@ -172,7 +175,7 @@ class RealNode:
         (self.paths.root / STATE_FILE).write_text(json.dumps(state))
         try:
             self._network_up()
-            self._containerd_up(image_archives)
+            self._containerd_up(images())
             self._coredns_up()
             self._kubelet_up()
             self._kube_proxy_up()

@@ -62,7 +62,7 @@ def real_node(cluster: DevCluster) -> Iterator[RealNode]:
     before = {name: sysctl(name) for name in SYSCTLS}
     node = RealNode(cluster.root, cluster.kubeconfig, cluster.tools)
     # One real node per machine: a concurrent run's is waited for (it releases it when it ends).
-    node.start(images.archives().values(), lock_wait=1200)
+    node.start(lambda: images.archives().values(), lock_wait=1200)
     try:
         yield node
     finally:

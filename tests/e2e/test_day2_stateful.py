@@ -66,6 +66,19 @@ def set_ready(res: Resources, pod: str, ready: bool) -> float:
     return at
 
 
+def stopped(res: Resources, pod: str) -> None:
+    """What the chart's instance does when its process ends (or it stops on losing the primary
+    label): not Ready, its container restarted. The failover fence waits for the restart."""
+    got = json.loads(res.cluster.kubectl("get", "pod", pod, "-n", res.ns, "-o", "json").stdout)
+    statuses = got["status"].get("containerStatuses") or []
+    restarted = [{"name": c["name"], "restartCount": int(c.get("restartCount") or 0) + 1} for c in statuses]
+    res.cluster.kubectl(
+        "patch", "pod", pod, "-n", res.ns, "--subresource=status", "--type=strategic",
+        "-p", json.dumps({"status": {"containerStatuses": restarted}}),
+    )  # fmt: skip
+    set_ready(res, pod, False)
+
+
 class Observer(threading.Thread):
     """Counts the Pods labelled primary a few times a second."""
 
@@ -92,7 +105,8 @@ def test_failover_and_switchover_move_the_primary_and_the_service_follows(
     watcher.start()
 
     # Failover: the primary stops being Ready; after failoverDelay the lowest Ready standby takes over.
-    unready = set_ready(res, "ha-0", False)
+    unready = float(int(time.time()))
+    stopped(res, "ha-0")
     eventually(lambda: serving(res, name) == ["ha-1"], timeout=60, interval=0.1, what="the Service on ha-1")
     switched = time.time() - unready
     assert switched >= 5, f"promoted {switched:.1f}s after the primary became unready, before failoverDelay"
@@ -117,15 +131,17 @@ def test_failover_and_switchover_move_the_primary_and_the_service_follows(
     eventually(lambda: serving(res, name) == ["ha-1"], timeout=30, what="the restored Service on ha-1")
     assert primaries(res, name) == ["ha-1"]
 
-    # Switchover on request.
+    # Switchover on request. The chart's primary stops when its label goes and the new one is
+    # labelled only after that (the fence): on KWOK nothing stops, so the test does what it would.
     res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "helm-operator.io/action=switchover=ha-2")
+    eventually(lambda: primaries(res, name) == [], timeout=60, interval=0.1, what="ha-1 demoted first")
+    stopped(res, "ha-1")
     eventually(
         lambda: serving(res, name) == ["ha-2"], timeout=60, what="the Service on ha-2 after switchover"
     )
     eventually(lambda: day2(res, name).get("lastAction", {}).get("phase") == "Succeeded", timeout=30)
     assert day2(res, name)["currentPrimary"] == "ha-2" and "Switchover" in reasons(res, name)
     # A switchover to a Pod that is not Ready is refused, and says why.
-    set_ready(res, "ha-1", False)
     res.cluster.kubectl(
         "annotate", PG, name, "-n", res.ns, "--overwrite", "helm-operator.io/action=switchover=ha-1"
     )
@@ -136,8 +152,9 @@ def test_failover_and_switchover_move_the_primary_and_the_service_follows(
     watcher.stopped.set()
     watcher.join()
     assert max(watcher.counts) == 1, f"two primaries observed: {watcher.counts}"
-    # Demoting before promoting leaves at most one API round trip without a primary.
-    assert watcher.counts.count(0) <= 2, watcher.counts
+    # Demoting before promoting leaves a short gap without a primary: a round trip on failover
+    # (the old one is not serving already), until the old one stopped on switchover.
+    assert watcher.counts.count(0) <= 40, watcher.counts
 
 
 def test_restore_runs_before_any_database_pod(operator: OperatorProcess, res: Resources) -> None:

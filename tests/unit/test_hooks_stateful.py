@@ -12,8 +12,9 @@ import pytest
 
 from helm_operator.adapters.postrender import mark
 from helm_operator.core.naming import OWNER_LABEL, owner_id
-from helm_operator.hooks import InvalidSpec
-from helm_operator.hooks.builtin.primary import Member, elect, switch
+from helm_operator.hooks import Context, Hooks, InvalidSpec
+from helm_operator.hooks.builtin import failover
+from helm_operator.hooks.builtin.primary import Election, Member, elect, switch
 from helm_operator.hooks.loader import load
 from helm_operator.hooks.schedule import TaskState, check_interval, decide, run_name, slot_after
 from helm_operator.hooks.testing import Harness, complete_jobs
@@ -127,7 +128,8 @@ def pod(name: str, ready: bool = True, role: str = "replica", since: dt.datetime
                     "status": str(ready),
                     "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 }
-            ]
+            ],
+            "containerStatuses": [{"name": "postgres", "restartCount": 0, "state": {"running": {}}}],
         },
     }
 
@@ -149,6 +151,7 @@ def test_failover_hook_labels_the_first_primary_then_promotes_after_the_delay() 
     assert roles(h)["db-0"] == "primary" and waiting.events[0][1] == "PrimaryUnready"
     gone = now - dt.timedelta(seconds=6)
     h.kube.objects[("v1", "Pod", "prod", "db-0")] = pod("db-0", ready=False, role="primary", since=gone)
+    stops_when_demoted(h)  # the fence: db-1 is labelled once db-0's process ended
     promoted = asyncio.run(h.run("watch", name="elect_primary"))
     assert promoted.ok and roles(h) == {"db-0": "replica", "db-1": "primary", "db-2": "replica"}
     assert promoted.day2["currentPrimary"] == "db-1" and promoted.day2["primaryUnreadySince"] is None
@@ -163,12 +166,65 @@ def test_switchover_action_moves_the_primary_or_says_why_not() -> None:
     h = Harness(hooks, PG, objects=objects)
     for o in h.kube.objects.values():
         o["metadata"]["labels"][OWNER_LABEL] = _owner()
+    stops_when_demoted(h)
     moved = asyncio.run(h.run("action", name="switchover", argument="db-1"))
     assert moved.ok and roles(h)["db-1"] == "primary" and roles(h)["db-0"] == "replica"
     assert moved.day2["currentPrimary"] == "db-1" and moved.events[-1][1] == "Switchover"
     refused = asyncio.run(h.run("action", name="switchover", argument="db-2"))
     assert refused.result.permanent and "db-2 is not Ready" in refused.result.message
     assert not asyncio.run(h.run("action", name="switchover")).ok
+
+
+def stops_when_demoted(h: Harness) -> None:
+    """As the chart's instances do: one whose primary label goes stops (its container restarts)."""
+    patch = h.kube.patch
+
+    async def patched(api_version: str, kind: str, name: str, namespace: str | None, body: Any) -> Any:
+        before = h.kube.objects[(api_version, kind, namespace, name)]["metadata"]["labels"].get(ROLE)
+        out = await patch(api_version, kind, name, namespace, body)
+        if kind == "Pod" and before == "primary" and body["metadata"]["labels"].get(ROLE) == "replica":
+            status = h.kube.objects[(api_version, kind, namespace, name)]["status"]
+            status["conditions"][0]["status"] = "False"
+            status["containerStatuses"][0]["restartCount"] += 1
+        return out
+
+    h.kube.patch = patched  # type: ignore[method-assign]
+
+
+def test_a_switchover_waits_for_the_old_primary_to_stop_and_never_promotes_beside_it() -> None:
+    """The fence: the standby is labelled only once the demoted primary stopped serving; one that
+    keeps serving gets its label back and nothing is promoted."""
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    objects = [pod("db-0", role="primary"), pod("db-1")]
+    h = Harness(hooks, PG, objects=objects)
+    for o in h.kube.objects.values():
+        o["metadata"]["labels"][OWNER_LABEL] = _owner()
+    ctx_roles: list[dict[str, str]] = []
+    patch = h.kube.patch
+
+    async def recording(api_version: str, kind: str, name: str, namespace: str | None, body: Any) -> Any:
+        out = await patch(api_version, kind, name, namespace, body)
+        ctx_roles.append(roles(h))
+        return out
+
+    h.kube.patch = recording  # type: ignore[method-assign]
+    stops_when_demoted(h)
+    assert asyncio.run(h.run("action", name="switchover", argument="db-1")).ok
+    # Never both labelled primary, and db-1 only after db-0 stopped (it was demoted first).
+    assert all(list(r.values()).count("primary") <= 1 for r in ctx_roles), ctx_roles
+
+    # One that keeps serving after losing the label gets it back; nothing is promoted.
+    fenced = Hooks()
+
+    @fenced.action("switch")
+    async def switch(ctx: Context) -> None:
+        election = Election("db-1", ("db-0",), "db-1", reason="switchover to db-1", requested=True)
+        await failover.apply(ctx, election, ROLE, fence=1.0)
+
+    stuck = Harness(fenced, PG, objects=[pod("db-0", role="primary"), pod("db-1")])  # db-0 never stops
+    refused = asyncio.run(stuck.run("action", name="switch"))
+    assert refused.result.permanent and "db-0 still running" in refused.result.message
+    assert roles(stuck) == {"db-0": "primary", "db-1": "replica"}
 
 
 def _owner() -> str:

@@ -8,6 +8,7 @@ Pods) and :func:`switchover` (an action) are the whole of a sample's primary pol
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,10 +39,62 @@ async def _label(ctx: Context, pod: str, label: str, value: str) -> bool:
     return True
 
 
-async def apply(ctx: Context, election: Election, label: str, *, replica: str = "replica") -> None:
-    """Demote, then promote, then record; an Event for a failover, a switchover or a grace period."""
+def _incarnation(pod: Mapping[str, Any] | None) -> tuple[str, int, bool] | None:
+    """What identifies one run of a Pod's processes: its uid, its containers' restarts, and whether
+    one runs now; None when the Pod is gone."""
+    if pod is None:
+        return None
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    running = any("running" in (c.get("state") or {}) for c in statuses)
+    return str(pod["metadata"].get("uid") or ""), restarts, running
+
+
+async def incarnations(ctx: Context, pods: Sequence[str]) -> dict[str, tuple[str, int, bool] | None]:
+    return {name: _incarnation(await ctx.kube.get("v1", "Pod", name, ctx.namespace)) for name in pods}
+
+
+async def still_running(
+    ctx: Context, at_demotion: Mapping[str, tuple[str, int, bool] | None], within: float
+) -> list[str]:
+    """Wait up to ``within`` seconds for the processes the demoted Pods ran when demoted to end:
+    the Pod gone or replaced, its containers restarted, or none running (readiness does not tell:
+    a restarted primary may accept writes before it is Ready). The ones still running."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        running = []
+        for name, then in at_demotion.items():
+            now = _incarnation(await ctx.kube.get("v1", "Pod", name, ctx.namespace))
+            if then is not None and now is not None and now[:2] == then[:2] and now[2]:
+                running.append(name)
+        if not running or loop.time() >= deadline:
+            return running
+        await asyncio.sleep(0.5)
+
+
+async def apply(
+    ctx: Context, election: Election, label: str, *, replica: str = "replica", fence: float | None = None
+) -> None:
+    """Demote, then promote, then record; an Event for a failover, a switchover or a grace period.
+
+    ``fence`` (seconds): before promoting, wait for the demoted Pods' processes to end — for a
+    chart whose primary stops when its label goes (never two writable primaries, and a standby
+    promoted only after the old primary sent it its last writes). One still running after that
+    gets its label back and the promotion is not made."""
+    fenced = fence is not None and election.promote is not None and bool(election.demote)
+    running_then = await incarnations(ctx, election.demote) if fenced else {}
     for pod in election.demote:
         await _label(ctx, pod, label, replica)
+    if fence is not None and fenced:
+        stuck = await still_running(ctx, running_then, fence)
+        if stuck:
+            for pod in stuck:
+                await _label(ctx, pod, label, "primary")
+            raise PermanentError(
+                f"{', '.join(stuck)} still running {fence:g}s after losing the primary label: "
+                f"{election.promote} not promoted (never two primaries)"
+            )
     if election.promote is not None and not await _label(ctx, election.promote, label, "primary"):
         raise TemporaryError(f"Pod {election.promote} vanished before it was promoted", delay=1.0)
     before = ctx.day2.get(CURRENT)
@@ -63,10 +116,13 @@ async def apply(ctx: Context, election: Election, label: str, *, replica: str = 
     await ctx.day2.save()
 
 
-async def keep_primary(ctx: Context, label: str, delay: float, members_of: Select) -> None:
+async def keep_primary(
+    ctx: Context, label: str, delay: float, members_of: Select, *, fence: float | None = None
+) -> None:
     """A watch hook on the release's Pods: keep exactly one Ready primary (label the first Ready
     member, promote the Ready member with the lowest ordinal once the primary has not been Ready
-    for ``delay`` seconds); while a grace period runs, look again when it is over."""
+    for ``delay`` seconds); while a grace period runs, look again when it is over. ``fence``: as
+    in :func:`apply`."""
     election = elect(
         members([p for p in ctx.objects if members_of(p)], label),
         ctx.day2.get(CURRENT),
@@ -74,13 +130,14 @@ async def keep_primary(ctx: Context, label: str, delay: float, members_of: Selec
         dt.datetime.now(dt.UTC),
         parse_time(ctx.day2.get(UNREADY_SINCE)),
     )
-    await apply(ctx, election, label)
+    await apply(ctx, election, label, fence=fence)
     if election.wait is not None:
         raise TemporaryError(election.reason, delay=election.wait)
 
 
-async def switchover(ctx: Context, label: str, members_of: Select) -> None:
-    """An action ``switchover=<pod>``: make that Ready member the primary (demoted first: never two)."""
+async def switchover(ctx: Context, label: str, members_of: Select, *, fence: float | None = None) -> None:
+    """An action ``switchover=<pod>``: make that Ready member the primary (demoted first: never two;
+    ``fence``: as in :func:`apply`)."""
     if not ctx.argument:
         raise PermanentError("switchover needs the Pod to promote: switchover=<pod>")
     pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
@@ -88,4 +145,4 @@ async def switchover(ctx: Context, label: str, members_of: Select) -> None:
         election = switch(members([p for p in pods if members_of(p)], label), ctx.argument)
     except ValueError as exc:
         raise PermanentError(f"switchover: {exc}") from None
-    await apply(ctx, election, label)
+    await apply(ctx, election, label, fence=fence)
