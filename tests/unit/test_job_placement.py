@@ -46,6 +46,13 @@ def test_a_job_takes_the_charts_placement() -> None:
     assert pod["affinity"] == {"nodeAffinity": NODE_AFFINITY}
 
 
+def test_values_as_the_operator_hands_them_read_only_are_taken_too() -> None:
+    from helm_operator.hooks.context import frozen
+
+    pod = _job(frozen({"tolerations": [TOLERATION], "nodeSelector": {"pool": "db"}}))  # type: ignore[arg-type]
+    assert pod["tolerations"] == [TOLERATION] and pod["nodeSelector"] == {"pool": "db"}
+
+
 def test_without_placement_values_a_job_has_none_and_the_hook_may_override() -> None:
     pod = _job({"replicas": 3})
     assert not {"nodeSelector", "tolerations", "affinity"} & pod.keys()

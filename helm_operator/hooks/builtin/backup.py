@@ -64,8 +64,9 @@ def placement(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(values.get("nodeSelector"), Mapping) and values["nodeSelector"]:
         out["nodeSelector"] = dict(values["nodeSelector"])
-    if isinstance(values.get("tolerations"), list) and values["tolerations"]:
-        out["tolerations"] = [dict(t) for t in values["tolerations"] if isinstance(t, Mapping)]
+    tolerations = values.get("tolerations")
+    if isinstance(tolerations, Sequence) and not isinstance(tolerations, str) and tolerations:
+        out["tolerations"] = [dict(t) for t in tolerations if isinstance(t, Mapping)]
     affinity = values.get("affinity")
     if isinstance(affinity, Mapping) and isinstance(affinity.get("nodeAffinity"), Mapping):
         out["affinity"] = {"nodeAffinity": dict(affinity["nodeAffinity"])}
