@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-tools:
+tools: venv
 	tools/bootstrap
 
 demo: venv tools
