@@ -34,17 +34,24 @@ unit: venv
 e2e: venv tools
 	$(BIN)/pytest tests/e2e -v --durations=15
 
-# The benchmark's quick mode is a smoke test of its harness here (no timing assertions), so it runs
-# beside the e2e suite on a control plane of its own (a minute later: the two control planes do not
-# start at once on a small machine); its output follows the suite's.
+# Three parts side by side, each on a control plane of its own (started apart: two control planes
+# do not start at the same moment on a small machine): the e2e suite on KWOK's fake nodes; the
+# real-node suite (tests/e2e/test_real_*.py: real PostgreSQL, etcd and the operator's image, mostly
+# waiting on real processes and schedules), half a minute later; and the benchmark's quick mode, a
+# smoke test of its harness (no timing assertions), a minute later. The other two's output follows.
+REAL_E2E := $(wildcard tests/e2e/test_real_*.py)
 test: lint unit tools
 	@mkdir -p .work
-	@(sleep 60; exec $(BIN)/python -m bench --quick --drift-timeout 10) > .work/bench-quick.log 2>&1 & bench=$$!; \
-	$(BIN)/pytest tests/e2e -v --durations=15; e2e=$$?; \
+	@(sleep 30; exec $(BIN)/pytest $(REAL_E2E) -v --durations=10) > .work/e2e-real.log 2>&1 & real=$$!; \
+	(sleep 60; exec $(BIN)/python -m bench --quick --drift-timeout 10) > .work/bench-quick.log 2>&1 & bench=$$!; \
+	$(BIN)/pytest tests/e2e -v --durations=15 $(addprefix --ignore=,$(REAL_E2E)); e2e=$$?; \
+	wait $$real; realrc=$$?; \
+	echo "--- the real-node e2e suite (exit $$realrc), its last lines (all: .work/e2e-real.log):"; \
+	tail -n 80 .work/e2e-real.log; \
 	wait $$bench; quick=$$?; \
 	echo "--- bench --quick (exit $$quick), its last lines (all: .work/bench-quick.log):"; \
 	tail -n 60 .work/bench-quick.log; \
-	test $$e2e -eq 0 && test $$quick -eq 0
+	test $$e2e -eq 0 && test $$realrc -eq 0 && test $$quick -eq 0
 
 # config/02-rbac.yaml from what the charts render and the hooks use (after changing either).
 rbac: venv

@@ -128,6 +128,7 @@ class RealNode:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._lock: IO[str] | None = None
         self._holder = ""
+        self._sysctls_before: dict[str, str] = {}  # as this node found them (once it was the machine's)
 
     # -- prerequisites ---------------------------------------------------------------------
     def require(self) -> None:
@@ -167,8 +168,9 @@ class RealNode:
         started = time.monotonic()
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.paths.logs.mkdir(exist_ok=True)
+        self._sysctls_before = {s: sysctl(s) for s in SYSCTLS}
         state = {
-            "sysctls": {s: sysctl(s) for s in SYSCTLS},
+            "sysctls": self._sysctls_before,
             "netns_dir_existed": NETNS_DIR.is_dir(),
             "netns_before": sorted(p.name for p in NETNS_DIR.iterdir()) if NETNS_DIR.is_dir() else [],
         }
@@ -185,8 +187,9 @@ class RealNode:
             raise
         log.info("real node ready in %.1fs (pods on %s)", time.monotonic() - started, self.net.subnet)
 
-    def stop(self) -> None:
-        """Stop every process and remove every trace; safe to call twice and after a killed run."""
+    def stop(self) -> list[str]:
+        """Stop every process and remove every trace; safe to call twice and after a killed run.
+        Returns what is left of it (:meth:`leftovers`, read before another node may start)."""
         root = self.paths.root
         state: dict[str, object] = {}
         with contextlib.suppress(OSError, ValueError):
@@ -208,7 +211,9 @@ class RealNode:
             self._remove_host_traces(state)
         self._remove_cgroups()
         shutil.rmtree(root, ignore_errors=True)
+        left = self.leftovers()
         self._release_machine_lock()
+        return left
 
     def _kill_containers(self) -> None:
         for _ in range(50):
@@ -265,6 +270,11 @@ class RealNode:
                 found.append(f"cgroup {hierarchy}{self.cgroup_root}")
         if self.paths.root.exists():
             found.append(f"folder {self.paths.root}")
+        found += [
+            f"sysctl {name} = {sysctl(name)} (was {value})"
+            for name, value in self._sysctls_before.items()
+            if sysctl(name) != value
+        ]
         return found
 
     # -- pieces ----------------------------------------------------------------------------

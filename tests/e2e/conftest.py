@@ -20,7 +20,7 @@ import yaml
 
 from helm_operator.dev import images
 from helm_operator.dev.devcluster import DevCluster
-from helm_operator.dev.realnode import SYSCTLS, RealNode, sysctl
+from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
 from .operator import REPO, OperatorProcess, Resources, shipped_watches
@@ -59,19 +59,13 @@ def real_node(cluster: DevCluster) -> Iterator[RealNode]:
     if cluster.real_node is not None:
         yield cluster.real_node
         return
-    before = {name: sysctl(name) for name in SYSCTLS}
     node = RealNode(cluster.root, cluster.kubeconfig, cluster.tools)
     # One real node per machine: a concurrent run's is waited for (it releases it when it ends).
     node.start(lambda: images.archives().values(), lock_wait=1200)
     try:
         yield node
     finally:
-        node.stop()
-        left = node.leftovers() + [
-            f"sysctl {name} = {sysctl(name)} (was {value})"
-            for name, value in before.items()
-            if sysctl(name) != value
-        ]
+        left = node.stop()
         assert left == [], f"the real node left traces on the machine: {left}"
 
 
