@@ -153,7 +153,7 @@ async def restore_from_backup(ctx: Context) -> None:
     )
 
 
-@hooks.watch("v1", "Pod", when=database_pod, beside_helm=True)
+@hooks.watch("v1", "Pod", when=database_pod, beside_helm=True, timeout=FENCE + 30)
 async def elect_primary(ctx: Context) -> None:
     """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``.
     Beside Helm: the install waits for the standbys, which wait for a primary to clone."""

@@ -5,6 +5,7 @@ writable primaries)."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -251,6 +252,18 @@ def _client_pod(res: Resources, name: str, script: str, env: dict[str, str]) -> 
     )
 
 
+def _explain(res: Resources, name: str) -> None:
+    """What the cluster looked like when a step did not happen: Events, Pods, instance logs."""
+    print("--- events:")
+    for e in res.events(name):
+        print(f"  {e.get('lastTimestamp') or e.get('eventTime')} {e['reason']}: {e['message']}")
+    print(res.cluster.kubectl("get", "pods", "-n", res.ns, "-o", "wide", "--show-labels").stdout)
+    print(json.dumps(day2(res, name), indent=1))
+    for i in range(3):
+        print(f"--- {name}-{i}:")
+        print(res.cluster.kubectl("logs", "-n", res.ns, f"{name}-{i}", "--tail=25", check=False).stdout)
+
+
 def _log(res: Resources, pod: str) -> list[list[str]]:
     return [
         line.split() for line in res.cluster.kubectl("logs", "-n", res.ns, pod).stdout.splitlines() if line
@@ -294,58 +307,64 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
     eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 20, timeout=60, what="writes")
 
-    def failover_to(pod: str, started: float, how: str) -> None:
-        eventually(lambda: day2(res, name).get("currentPrimary") == pod, timeout=120, interval=0.5,
-                   what=f"{pod} primary after {how}")  # fmt: skip
+    def primary_after(old: str, started: float, how: str) -> str:
+        """The instance promoted in place of ``old`` (the Ready standby with the lowest ordinal)."""
+        try:
+            new = eventually(lambda: (day2(res, name).get("currentPrimary") or old) != old and
+                             day2(res, name)["currentPrimary"], timeout=120, interval=0.5,
+                             what=f"a new primary after {how}")  # fmt: skip
+        except AssertionError:
+            _explain(res, name)
+            raise
         eventually(lambda: any(w[1] == "ok" and float(w[0]) > started + 1 for w in _log(res, "writer")),
                    timeout=120, what=f"writes through the Service after {how}")  # fmt: skip
         last_ok, back, gap = unavailable(_log(res, "writer"), started)
         when = f"last ok {last_ok - started:+.2f}s, back {back - started:+.2f}s"
-        print(f"{how}: writes unavailable {gap:.2f}s ({when})")
+        print(f"{how}: {new} promoted, writes unavailable {gap:.2f}s ({when})")
+        return str(new)
 
-    # 1. PostgreSQL stops in the primary's container (and crashes again as it restarts, for longer
-    #    than failoverDelay): a standby is promoted after failoverDelay.
+    def rejoins(old: str, primary: str) -> None:
+        """The old primary comes back as a standby that replicates from the new one."""
+        eventually(lambda: sql(res, old, "SELECT pg_is_in_recovery()", check=False) == "t",
+                   timeout=180, what=f"{old} a standby")  # fmt: skip
+        wait_replicating(res, primary, 2)
+
+    # 1. PostgreSQL stops in the primary's container (and again as it restarts, for longer than
+    #    failoverDelay): a standby is promoted after failoverDelay.
     t1 = time.time()
     for _ in range(3):
         res.cluster.kubectl("exec", "-n", res.ns, "ha-0", "-c", "postgres", "--", "bash", "-c",
                             'gosu postgres pg_ctl stop -D "$PGDATA" -m immediate', check=False)  # fmt: skip
         time.sleep(2)
-    failover_to("ha-1", t1, "postgres stopped in the primary")
+    first = primary_after("ha-0", t1, "postgres stopped in the primary")
     failover = [e for e in res.events(name) if e["reason"] == "Failover"]
-    assert failover and "promoted ha-1" in failover[-1]["message"]
-    # The old primary comes back as a standby that replicates from the new one.
-    eventually(
-        lambda: sql(res, "ha-0", "SELECT pg_is_in_recovery()", check=False) == "t",
-        timeout=120,
-        what="ha-0 a standby",
+    assert (
+        failover
+        and f"promoted {first}" in failover[-1]["message"]
+        and "failoverDelay 5s" in failover[-1]["message"]
     )
-    wait_replicating(res, "ha-1", 2)
+    rejoins("ha-0", first)
 
     # 2. The primary's Pod is deleted.
     t2 = time.time()
-    res.cluster.kubectl("delete", "pod", "-n", res.ns, "ha-1", "--wait=false")
-    failover_to("ha-0", t2, "the primary's Pod deleted")
-    eventually(
-        lambda: sql(res, "ha-1", "SELECT pg_is_in_recovery()", check=False) == "t",
-        timeout=120,
-        what="ha-1 a standby",
-    )
-    wait_replicating(res, "ha-0", 2)
+    res.cluster.kubectl("delete", "pod", "-n", res.ns, first, "--wait=false")
+    second = primary_after(first, t2, "the primary's Pod deleted")
+    rejoins(first, second)
 
-    # 3. A switchover on request loses no acknowledged write.
-    t3 = time.time()
-    res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "helm-operator.io/action=switchover=ha-2")
-    failover_to("ha-2", t3, "switchover")
-    eventually(
-        lambda: sql(res, "ha-0", "SELECT pg_is_in_recovery()", check=False) == "t",
-        timeout=120,
-        what="ha-0 a standby",
+    # 3. A switchover on request (to a Ready standby) loses no acknowledged write.
+    target = next(p for p in ("ha-0", "ha-1", "ha-2") if p != second)
+    res.cluster.kubectl(
+        "wait", "-n", res.ns, f"pod/{target}", "--for=condition=Ready", "--timeout=120s", timeout=130
     )
+    t3 = time.time()
+    res.cluster.kubectl("annotate", PG, name, "-n", res.ns, f"helm-operator.io/action=switchover={target}")
+    assert primary_after(second, t3, "switchover") == target
+    rejoins(second, target)
     time.sleep(2)
 
     writes = _log(res, "writer")
     acknowledged = {int(w[2]) for w in writes if w[1] == "ok"}
-    stored = {int(i) for i in sql(res, "ha-2", "SELECT id FROM w").split()}
+    stored = {int(i) for i in sql(res, target, "SELECT id FROM w").split()}
     assert acknowledged <= stored, f"acknowledged writes lost: {sorted(acknowledged - stored)[:20]}"
     samples = _log(res, "observer")
     per_instance = {i: sorted(float(s[0]) for s in samples if s[1] == i) for i in "012"}
