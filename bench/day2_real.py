@@ -73,6 +73,11 @@ def real_session() -> Iterator[Resources]:
         cluster.stop()
 
 
+# 256 random hex characters a row: about as compressible as real text (gzip halves it), not a
+# repeated string that a dump compresses to nothing.
+RANDOM_TEXT = " || ".join(["md5(random()::text)"] * 8)
+
+
 def load(res: Resources, pod: str, size_mb: int) -> tuple[int, int]:
     """Rows in batches until the database is ≥ ``size_mb``; (rows, bytes)."""
     sql(res, pod, "CREATE TABLE t (id bigint PRIMARY KEY, v text)")
@@ -82,7 +87,7 @@ def load(res: Resources, pod: str, size_mb: int) -> tuple[int, int]:
         if size >= size_mb * 1_000_000:
             return rows, size
         batch = f"generate_series({rows + 1}, {rows + 100_000})"
-        sql(res, pod, f"INSERT INTO t SELECT g, repeat(md5(g::text), 8) FROM {batch} g", timeout=300)
+        sql(res, pod, f"INSERT INTO t SELECT g, {RANDOM_TEXT} FROM {batch} g", timeout=300)
         rows += 100_000
 
 
@@ -171,6 +176,7 @@ def main() -> int:
         )
         res.delete(PG, "restored", wait=False)
 
+        sql(res, f"{name}-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
         _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
         eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 20, timeout=60)
         result["failover"] = windows(res, name, args.failovers, "failover")
@@ -207,9 +213,10 @@ def main() -> int:
         f"| switchover on request | {len(result['switchover'])} | {stats(result['switchover'])} |",
         "",
         "The window runs from the writer's last acknowledged write before its first failure to its",
-        "first acknowledged write after. A failover's includes `failoverDelay` (5 s) and the chart's",
-        "readiness probe (10 s period) telling that the old primary is gone; a switchover's, the old",
-        "primary stopping and the new one seeing its label (downward API) before `pg_ctl promote`.",
+        "first acknowledged write after. A failover's holds `failoverDelay` (5 s, counted from the",
+        "Pod's deletion; the old primary may still acknowledge writes while it shuts down, so a window",
+        "can be a little shorter), the fence and the new primary seeing its label; a switchover's, the",
+        "old primary stopping and the new one seeing its label (downward API) before `pg_ctl promote`.",
     ]
     report = "\n".join(lines) + "\n"
     args.report.write_text(report)
