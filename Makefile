@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench bench-quick bench-drift bench-day2 tools venv clean rbac image
+.PHONY: demo test lint unit e2e bench bench-quick bench-drift bench-day2 bench-day2-real tools venv clean rbac image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,11 @@ bench-drift: venv tools
 
 bench-day2: venv tools
 	$(BIN)/python -m bench.day2 $(ARGS)
+
+# Day-2 on the real node: backup and restore of ≥100 MB, failover and switchover windows
+# (bench/results/day2-real.md; about 10 minutes).
+bench-day2-real: venv tools
+	$(BIN)/python -m bench.day2_real $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
