@@ -2,7 +2,7 @@
 the write-unavailability window of failovers and switchovers, with real processes.
 
 Runs the real operator (helm v4) with the sample watches against the local control plane with its
-real node (``DevCluster(real_node=True)``):
+real node (``bench_session(real_node=True)``; HELM_OPERATOR_KUBECONFIG: a running ``dev up``):
 - a 3-instance PostgreSQLCluster (PostgreSQL 15, ``failoverDelay: 5s``) on the real node, loaded
   with rows until the database is ≥ ``--size-mb``;
 - backup: ``backup-now``; the backup Job's duration (its record's start → completion) and the
@@ -24,18 +24,12 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from helm_operator.dev import images
-from helm_operator.dev.devcluster import DevCluster
-from helm_operator.dev.tools import Toolchain
-from tests.e2e.operator import REPO, OperatorProcess, Resources, eventually, shipped_watches
-from tests.e2e.test_day2 import PG, day2
+from bench.session import bench_session
+from tests.e2e.operator import REPO, Resources, eventually
+from tests.e2e.test_day2 import PG, day2, ts
 from tests.e2e.test_real_postgres import (
     WRITER,
     _client_pod,
@@ -46,32 +40,6 @@ from tests.e2e.test_real_postgres import (
     unavailable,
     wait_replicating,
 )
-
-
-@contextmanager
-def real_session() -> Iterator[Resources]:
-    """A cluster with its real node, the CRDs, a namespace and the operator watching it."""
-    tools = Toolchain.discover()
-    cluster = DevCluster(tools=tools, nodes=2, real_node=True, images=lambda: images.archives().values())
-    cluster.start()
-    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"day2-real-bench-{os.getpid()}"
-    workdir.mkdir(parents=True, exist_ok=True)
-    ns = f"bench-{os.urandom(3).hex()}"
-    try:
-        cluster.kubectl("apply", "-f", str(REPO / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        cluster.kubectl("create", "namespace", ns)
-        watches = workdir / "watches.yaml"
-        watches.write_text(yaml.safe_dump(shipped_watches()))
-        op = OperatorProcess(cluster, tools.helm, workdir, watches, [ns])
-        op.start()
-        try:
-            yield Resources(cluster, ns)
-        finally:
-            op.stop()
-    finally:
-        cluster.stop()
-
 
 # 256 random hex characters a row: about as compressible as real text (gzip halves it), not a
 # repeated string that a dump compresses to nothing.
@@ -92,8 +60,6 @@ def load(res: Resources, pod: str, size_mb: int) -> tuple[int, int]:
 
 
 def seconds(a: str, b: str) -> float:
-    from tests.e2e.test_day2 import ts
-
     return (ts(b) - ts(a)).total_seconds()
 
 
@@ -137,7 +103,7 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=REPO / "bench/results/day2-real.md")
     args = parser.parse_args()
     result: dict[str, Any] = {}
-    with real_session() as res:
+    with bench_session("day2-real", real_node=True) as res:
         name = "big"
         res.apply(real_pg(name, replicas=3, failoverDelay="5s", storage="2Gi", backup={"storage": "2Gi"}))
         res.wait_condition(PG, name, "Ready", timeout=600)

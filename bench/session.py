@@ -12,18 +12,25 @@ from pathlib import Path
 
 import yaml
 
+from helm_operator.dev import images
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 from tests.e2e.operator import REPO, OperatorProcess, Resources, shipped_watches
 
 
 @contextmanager
-def bench_session(name: str) -> Iterator[Resources]:
+def bench_session(name: str, *, real_node: bool = False) -> Iterator[Resources]:
     """Yield the namespace's resources (``.cluster``, ``.ns``) while the operator runs; clean up
-    afterwards."""
+    afterwards. ``real_node``: a started cluster gets the real node, with every image."""
     tools = Toolchain.discover()
     reuse = os.environ.get("HELM_OPERATOR_KUBECONFIG")
-    cluster = DevCluster.attach(reuse, tools=tools) if reuse else DevCluster(tools=tools, nodes=4).start()
+    cluster = (
+        DevCluster.attach(reuse, tools=tools)
+        if reuse
+        else DevCluster(
+            tools=tools, nodes=4, real_node=real_node, images=lambda: images.archives().values()
+        ).start()
+    )
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-bench-"))
     ns = f"bench-{os.urandom(3).hex()}"
     try:

@@ -18,13 +18,13 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
+from helm_operator.dev.procs import kill_all, pid_alive, pids_referencing
 from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
@@ -53,44 +53,6 @@ class ClusterError(RuntimeError):
 
 def clusters_dir() -> Path:
     return Path(os.environ.get("HELM_OPERATOR_CLUSTERS", Path.home() / ".cache/helm-operator/clusters"))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _pids_referencing(path: Path) -> list[int]:
-    """Processes whose command line mentions ``path``: what kwokctl started for one cluster."""
-    needle = str(path).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
-def _kill_all(pids: list[int], grace: float = 5.0) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 class DevCluster:
@@ -216,7 +178,7 @@ class DevCluster:
             (self.real_node or RealNode(self.root, self.kubeconfig, self.tools)).stop()
         with contextlib.suppress(Exception):
             self._kwokctl("delete", "cluster", timeout=60, check=False)
-        _kill_all(_pids_referencing(self.root))
+        kill_all(pids_referencing(self.root))
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> DevCluster:
@@ -302,7 +264,7 @@ def reap_orphans() -> list[str]:
             pid = int(owner.read_text())
         except (OSError, ValueError):
             pid = 0
-        if pid and _pid_alive(pid):
+        if pid and pid_alive(pid):
             continue
         DevCluster(root.name, nodes=0).stop()
         reaped.append(root.name)

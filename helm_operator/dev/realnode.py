@@ -28,6 +28,7 @@ from typing import IO
 
 from helm_operator.dev import nodeconfig
 from helm_operator.dev.nodeconfig import NodeNetwork, NodePaths
+from helm_operator.dev.procs import kill, pids_referencing
 from helm_operator.dev.tools import Toolchain
 
 log = logging.getLogger(__name__)
@@ -85,24 +86,6 @@ def _pids_in_cgroups(root: str) -> list[int]:
             with contextlib.suppress(OSError, ValueError):
                 pids.update(int(p) for p in procs.read_text().split())
     return sorted(pids)
-
-
-def _pids_referencing(needle: str) -> list[int]:
-    found = []
-    raw = needle.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if raw in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-    return found
-
-
-def _kill(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
 
 
 def _mounts_under(prefix: Path) -> list[str]:
@@ -198,10 +181,10 @@ class RealNode:
         # process (they live in the node's cgroups), then containerd and its shims.
         for name in ("kubelet", "kube-proxy", "coredns"):
             self._stop_proc(name)
-        _kill(_pids_referencing(str(self.paths.kubelet_config)))  # a killed run's kubelet
+        kill(pids_referencing(str(self.paths.kubelet_config)))  # a killed run's kubelet
         self._kill_containers()
         self._stop_proc("containerd")
-        _kill(_pids_referencing(str(root)))
+        kill(pids_referencing(str(root)))
         self._kill_containers()
         for point in _mounts_under(root):
             _run("umount", "-l", point, check=False)
@@ -220,7 +203,7 @@ class RealNode:
             pids = _pids_in_cgroups(self.cgroup_root)
             if not pids:
                 return
-            _kill(pids)
+            kill(pids)
             time.sleep(0.1)
 
     def _remove_host_traces(self, state: dict[str, object]) -> None:
@@ -254,7 +237,7 @@ class RealNode:
     def leftovers(self) -> list[str]:
         """What of this node is still on the machine (empty after ``stop()``): its processes, mounts,
         bridge, iptables chains, Pod network namespaces, cgroups and its folder."""
-        found = [f"process {pid}" for pid in _pids_referencing(str(self.paths.root))]
+        found = [f"process {pid}" for pid in pids_referencing(str(self.paths.root))]
         found += [f"container process {pid}" for pid in _pids_in_cgroups(self.cgroup_root)]
         found += [f"mount {m}" for m in _mounts_under(self.paths.root)]
         if _run("ip", "link", "show", self.net.bridge, check=False).returncode == 0:
