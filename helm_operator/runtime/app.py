@@ -47,6 +47,7 @@ from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.fence import Fence, FencedApiClient
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
+from helm_operator.runtime.kopf_discovery import notice_what_appears_while_listing
 from helm_operator.runtime.leader import LeaderSettings, Leadership
 from helm_operator.runtime.probes import Probes, serve
 from helm_operator.runtime.reconcile import finalize
@@ -390,6 +391,7 @@ class App:
             LEADER.set(1)
             self.probes.lead()
             self._wire(watches)
+            notice_what_appears_while_listing()
             # No `helm version` here: a restart must not start a single helm process when nothing changed.
             names = ", ".join(self.settings.namespaces) or "all"
             log.info("helm: %s; namespaces: %s", self.settings.helm, names)
