@@ -45,6 +45,9 @@ DEFAULT_FAILOVER_DELAY = 30.0
 # An instance stops when its primary label goes (the chart): the new primary is labelled only
 # once the old one has stopped serving, so never two are writable and no acknowledged write is lost.
 FENCE = 60.0
+# Each instance is also told its role at once (the chart's memory volume), not only when the
+# kubelet next copies its labels: a promotion or a demotion takes effect in about a second.
+TOLD = failover.RoleFile("/run/role/role", container="postgres")
 IDENTIFIER = shapes.Shape(
     "^[A-Za-z_][A-Za-z0-9_$]{0,62}$", "a PostgreSQL identifier (a letter or _, then a-z, 0-9, _, $)", 63
 )
@@ -157,13 +160,13 @@ async def restore_from_backup(ctx: Context) -> None:
 async def elect_primary(ctx: Context) -> None:
     """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``.
     Beside Helm: the install waits for the standbys, which wait for a primary to clone."""
-    await failover.keep_primary(ctx, ROLE, failover_delay(ctx.spec), database_pod, fence=FENCE)
+    await failover.keep_primary(ctx, ROLE, failover_delay(ctx.spec), database_pod, fence=FENCE, tell=TOLD)
 
 
 @hooks.action("switchover")
 async def switchover(ctx: Context) -> None:
     """``helm-operator.io/action: switchover=<pod>``: make that Ready standby the primary."""
-    await failover.switchover(ctx, ROLE, database_pod, fence=FENCE)
+    await failover.switchover(ctx, ROLE, database_pod, fence=FENCE, tell=TOLD)
 
 
 # --- the Jobs ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from helm_operator.hooks.builtin import backup, failover, jobs, shapes
 from helm_operator.hooks.builtin.backup import Claim
 from helm_operator.hooks.builtin.jobs import Container, Script, SecretKey
 from helm_operator.hooks.builtin.retention import Retention, parse_age, parse_count
-from helm_operator.hooks.context import Context, Day2Status, KubeClient, Release
+from helm_operator.hooks.context import Context, Day2Status, ExecFailed, KubeClient, Release
 from helm_operator.hooks.errors import HookError, InvalidSpec, PermanentError, TemporaryError
 from helm_operator.hooks.registry import Hooks
 from helm_operator.hooks.schedule import bounded, parse_time, run_name
@@ -32,6 +32,7 @@ __all__ = [
     "Container",
     "Context",
     "Day2Status",
+    "ExecFailed",
     "HookError",
     "Hooks",
     "InvalidSpec",

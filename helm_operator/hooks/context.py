@@ -96,6 +96,26 @@ class KubeClient(Protocol):
         """Delete (with its dependents); False if it was already gone."""
         ...
 
+    async def exec(
+        self,
+        pod: str,
+        namespace: str,
+        argv: Sequence[str],
+        container: str | None = None,
+        timeout: float = 10.0,
+    ) -> str:
+        """Run ``argv`` (no shell unless it names one) in a running container of the Pod; its
+        output. :class:`ExecFailed` when it cannot run or exits non-zero."""
+        ...
+
+
+class ExecFailed(Exception):
+    """A command run in a container did not run, or exited non-zero (``code``; None: not run)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 class StatusSink(Protocol):
     async def save(self, day2: Mapping[str, Any]) -> None:

@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
 
 from helm_operator.adapters.kube import Kube
 from helm_operator.hooks.builtin import jobs
+from helm_operator.hooks.context import ExecFailed
+
+
+def exit_status(status: str) -> tuple[int | None, str]:
+    """An exec's exit code from the Status the API server sends on its error channel, and the
+    message; (None, message) when the command did not run (no container, the node refused)."""
+    try:
+        body = json.loads(status) if status else {}
+    except ValueError:
+        return None, status.strip()
+    if body.get("status") == "Success":
+        return 0, ""
+    message = str(body.get("message") or status).strip()
+    for cause in (body.get("details") or {}).get("causes") or ():
+        if cause.get("reason") == "ExitCode" and str(cause.get("message", "")).isdigit():
+            return int(cause["message"]), message
+    return None, message
 
 
 class AsyncKube:
@@ -105,3 +126,56 @@ class AsyncKube:
 
     async def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         return await asyncio.to_thread(self._delete, api_version, kind, name, namespace)
+
+    def _exec(
+        self, pod: str, namespace: str, argv: Sequence[str], container: str | None, timeout: float
+    ) -> str:
+        # A client of its own: the stream helper swaps the request method of the client it is given,
+        # which would turn every other thread's request on a shared client into a websocket.
+        api = client.ApiClient(self._kube.api.configuration)
+        where = f"{namespace}/{pod}" + (f" ({container})" if container else "")
+        try:
+            extra = {"container": container} if container else {}
+            try:
+                ws = stream(
+                    client.CoreV1Api(api).connect_get_namespaced_pod_exec,
+                    pod,
+                    namespace,
+                    command=list(argv),
+                    stdout=True,
+                    stderr=True,
+                    stdin=False,
+                    tty=False,
+                    _preload_content=False,
+                    **extra,
+                )
+            except ApiException as exc:
+                raise ExecFailed(f"exec in {where}: {exc.status} {exc.reason}") from exc
+            except Exception as exc:  # the websocket library's own errors (refused upgrade, closed)
+                raise ExecFailed(f"exec in {where}: {exc}") from exc
+            try:
+                ws.run_forever(timeout=timeout)
+                if ws.is_open():
+                    raise ExecFailed(f"exec in {where}: still running after {timeout:g}s")
+                out, err = ws.read_stdout(), ws.read_stderr()
+                status = ws.read_channel(ERROR_CHANNEL)
+            finally:
+                ws.close()
+        finally:
+            api.close()
+        code, why = exit_status(status)
+        if code != 0:
+            detail = str(err).strip()[-300:] or why
+            ran = f"{argv[0]} exited {code}" if code is not None else "did not run"
+            raise ExecFailed(f"exec in {where}: {ran}: {detail}", code)
+        return str(out)
+
+    async def exec(
+        self,
+        pod: str,
+        namespace: str,
+        argv: Sequence[str],
+        container: str | None = None,
+        timeout: float = 10.0,
+    ) -> str:
+        return await asyncio.to_thread(self._exec, pod, namespace, argv, container, timeout)

@@ -26,7 +26,7 @@ from typing import Any
 
 from helm_operator.core.vocabulary import Event
 from helm_operator.hooks.builtin import jobs
-from helm_operator.hooks.context import Context, Day2Status, Release, frozen, lookup, thawed
+from helm_operator.hooks.context import Context, Day2Status, ExecFailed, Release, frozen, lookup, thawed
 from helm_operator.hooks.errors import InvalidSpec
 from helm_operator.hooks.loader import load
 from helm_operator.hooks.registry import (
@@ -112,10 +112,13 @@ class FakeKube:
         self,
         objects: Iterable[Mapping[str, Any]] = (),
         on_create: Callable[[dict[str, Any]], None] | None = None,
+        on_exec: Callable[[str, tuple[str, ...]], str] | None = None,
     ) -> None:
         self.objects: dict[Key, dict[str, Any]] = {_key(o): thawed(o) for o in objects}
         self.operations: list[tuple[str, str, str]] = []
+        self.commands: list[tuple[str, str | None, tuple[str, ...]]] = []  # (pod, container, argv)
         self.on_create = on_create
+        self.on_exec = on_exec
 
     async def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
@@ -166,6 +169,22 @@ class FakeKube:
     async def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         self.operations.append(("delete", kind, name))
         return self.objects.pop((api_version, kind, namespace, name), None) is not None
+
+    async def exec(
+        self,
+        pod: str,
+        namespace: str,
+        argv: Sequence[str],
+        container: str | None = None,
+        timeout: float = 10.0,
+    ) -> str:
+        """Records the command (``self.commands``); ``on_exec`` answers it or raises
+        :class:`~helm_operator.hooks.context.ExecFailed`; without it, an empty output."""
+        self.operations.append(("exec", "Pod", pod))
+        self.commands.append((pod, container, tuple(argv)))
+        if (namespace, pod) not in {(k[2], k[3]) for k in self.objects if k[1] == "Pod"}:
+            raise ExecFailed(f"exec in {namespace}/{pod}: 404 Not Found", None)
+        return self.on_exec(pod, tuple(argv)) if self.on_exec is not None else ""
 
 
 def _merge(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

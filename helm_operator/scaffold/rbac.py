@@ -239,6 +239,7 @@ class HookUse:
     kind: str
     verbs: tuple[str, ...]
     where: str  # file:line
+    subresource: str = ""  # "exec": ``ctx.kube.exec`` (pods/exec)
 
 
 def _literal(node: ast.AST) -> str | None:
@@ -255,6 +256,17 @@ def _builtin_modules(names: Iterable[str]) -> list[str]:
         if module.startswith(f"{_BUILTIN_HOOKS}."):
             found.append(module)
     return found
+
+
+def _kube_call(node: ast.Call, name: str) -> bool:
+    """``<something>.kube.<name>(…)``."""
+    func = node.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == name
+        and isinstance(func.value, ast.Attribute)
+        and func.value.attr == "kube"
+    )
 
 
 def hook_uses(source: str, filename: str) -> tuple[list[HookUse], list[str]]:
@@ -278,6 +290,9 @@ def hook_uses(source: str, filename: str) -> tuple[list[HookUse], list[str]]:
                 imported.append(node.module)
         elif isinstance(node, ast.Import):
             imported += [a.name for a in node.names if a.name.startswith(f"{_BUILTIN_HOOKS}.")]
+        elif isinstance(node, ast.Call) and _kube_call(node, "exec"):
+            # A websocket upgrade (GET) that the API server authorises as ``create`` on pods/exec.
+            uses.append(HookUse("v1", "Pod", ("create", "get"), where, subresource="exec"))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) >= 2:
             api_version, kind = _literal(node.args[0]), _literal(node.args[1])
             if api_version is None or kind is None:
@@ -366,14 +381,24 @@ class Collector:
         self.unknown: dict[tuple[str, str], set[str]] = {}
 
     def kind(
-        self, api_version: str, kind: str, verbs: Sequence[str], origin: str, generated: bool = True
+        self,
+        api_version: str,
+        kind: str,
+        verbs: Sequence[str],
+        origin: str,
+        generated: bool = True,
+        subresource: str = "",
     ) -> None:
-        """Grant ``verbs`` on a kind, and read access to what Helm inspects beneath it."""
+        """Grant ``verbs`` on a kind (or one of its subresources), and read access to what Helm
+        inspects beneath it."""
         found = self.resolve(api_version, kind)
         if found is None:
             self.unknown.setdefault((api_version, kind), set()).add(origin)
             return
         scope = NAMESPACE if found.namespaced else CLUSTER
+        if subresource:
+            self.grants.append(Grant(scope, found.group, f"{found.plural}/{subresource}", tuple(verbs)))
+            return
         self.grants.append(Grant(scope, found.group, found.plural, tuple(verbs)))
         if generated:
             for child_group, child_kind in GENERATED.get((found.group, kind), ()):
@@ -619,7 +644,14 @@ def derive(
         for filename, source in w.hook_sources:
             uses, _ = hook_uses(source, filename)
             for use in uses:
-                collect.kind(use.api_version, use.kind, use.verbs, use.where, generated=False)
+                collect.kind(
+                    use.api_version,
+                    use.kind,
+                    use.verbs,
+                    use.where,
+                    generated=False,
+                    subresource=use.subresource,
+                )
     for w, label, docs in rendered:
         templated = [d for d in docs if not isinstance(d, FromCrdsFolder)]
         for api_version, kind in sorted(kinds_in(templated)):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from helm_operator.core.naming import OWNER_LABEL, owner_id
 from helm_operator.hooks import Context, Hooks, InvalidSpec
 from helm_operator.hooks.builtin import failover
 from helm_operator.hooks.builtin.primary import Election, Member, elect, switch
+from helm_operator.hooks.context import ExecFailed
 from helm_operator.hooks.loader import load
 from helm_operator.hooks.schedule import TaskState, check_interval, decide, run_name, slot_after
 from helm_operator.hooks.testing import Harness, complete_jobs
@@ -402,3 +405,83 @@ def test_watch_hooks_hear_of_readiness_labels_and_deletion_not_timestamps() -> N
     deleting = pod("db-0")
     deleting["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
     assert meaningful(base) != meaningful(deleting)
+
+
+def test_each_member_is_told_its_role_at_once_numbered_after_its_label() -> None:
+    """With a RoleFile, every label change carries the next generation and the member is told the
+    same (role, generation) through exec, demotion first; one that cannot be told keeps its label
+    (it learns from the kubelet's copy) and the switchover still completes."""
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    objects = [pod("db-0", role="primary"), pod("db-1"), pod("db-2")]
+    objects[0]["metadata"]["labels"][failover.generation_label(ROLE)] = "4"
+    told: list[tuple[str, tuple[str, ...]]] = []
+
+    def answer(name: str, argv: tuple[str, ...]) -> str:
+        told.append((name, argv))
+        if name == "db-2":
+            raise ExecFailed("exec in prod/db-2: container not running")
+        return ""
+
+    h = Harness(hooks, PG, objects=objects)
+    h.kube.on_exec = answer
+    for o in h.kube.objects.values():
+        o["metadata"]["labels"][OWNER_LABEL] = _owner()
+    stops_when_demoted(h)
+    assert asyncio.run(h.run("action", name="switchover", argument="db-1")).ok
+    labels = {n: h.kube.objects[("v1", "Pod", "prod", n)]["metadata"]["labels"] for n in ("db-0", "db-1")}
+    assert labels["db-0"][failover.generation_label(ROLE)] == "5"  # after its own last change (4)
+    assert labels["db-1"][failover.generation_label(ROLE)] == "1"
+    assert [(n, a[-3:]) for n, a in told] == [
+        ("db-0", ("replica", "5", "/run/role/role")),
+        ("db-1", ("primary", "1", "/run/role/role")),
+    ]
+    assert all(a[:2] == ("sh", "-c") and "$1" in a[2] for _, a in told)  # values are arguments
+    assert h.kube.commands[0][1] == "postgres"  # the database container
+
+    assert asyncio.run(h.run("action", name="switchover", argument="db-2")).ok  # exec fails: still moved
+    assert roles(h)["db-2"] == "primary" and told[-1][0] == "db-2"
+
+
+ROLE_CASES = [
+    # (the kubelet's copy of the labels, the line the operator wrote, the role the instance takes)
+    ('postgresql.example.com/role="replica"\n', None, "replica"),  # a new Pod: never told
+    (
+        'postgresql.example.com/role="replica"\npostgresql.example.com/role-generation="3"\n',
+        "primary 4",
+        "primary",
+    ),
+    (
+        'postgresql.example.com/role="primary"\npostgresql.example.com/role-generation="5"\n',
+        "replica 4",
+        "primary",
+    ),
+    (
+        'postgresql.example.com/role="primary"\npostgresql.example.com/role-generation="5"\n',
+        "primary 5",
+        "primary",
+    ),
+    (
+        'postgresql.example.com/role="replica"\npostgresql.example.com/role-generation="6"\n',
+        "primary 5",
+        "replica",
+    ),
+    ('postgresql.example.com/role="primary"\n', "replica 1", "replica"),  # told before the kubelet copied
+    ("", "", ""),
+]
+
+
+@pytest.mark.parametrize(("labels", "told", "expected"), ROLE_CASES)
+def test_the_chart_believes_the_higher_numbered_copy_of_the_role(
+    labels: str, told: str | None, expected: str, tmp_path: Path
+) -> None:
+    """The chart's ``role`` shell function, run by bash over both copies."""
+    template = (ROOT / "charts/postgresqlcluster/templates/statefulset.yaml").read_text()
+    match = re.search(r"^( *)role\(\) \{\n.*?^\1\}\n", template, re.S | re.M)
+    assert match is not None, "the chart defines role()"
+    body = match.group(0).replace("/etc/podinfo/labels", str(tmp_path / "labels"))
+    body = body.replace("/run/role/role", str(tmp_path / "told"))
+    (tmp_path / "labels").write_text(labels)
+    if told is not None:
+        (tmp_path / "told").write_text(told + "\n")
+    out = subprocess.run(["bash", "-ec", body + "role"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected

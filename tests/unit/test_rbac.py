@@ -229,6 +229,7 @@ def test_the_sample_hooks_are_read_for_what_they_touch() -> None:
     assert p[("", "pods")] == ["get", "list", "watch", "patch"]  # failover watch + relabelling
     assert p[("batch", "jobs")] == ["get", "create", "delete"]  # backup Jobs, pruned
     assert p[("", "persistentvolumeclaims")] == ["get", "create"]  # the backups volume
+    assert p[("", "pods/exec")] == ["get", "create"]  # failover tells a member its role at once
 
 
 def test_hook_calls_are_read_from_source() -> None:
@@ -240,14 +241,16 @@ async def w(ctx):
     await ctx.kube.delete("batch/v1", "Job", name, ctx.namespace)
     await ctx.kube.list(ctx.resource["apiVersion"], kind)  # computed: not seen
     await ctx.kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {}})
+    await ctx.kube.exec(pod, ctx.namespace, ["pg_ctl", "promote"])
 """
     uses, imported = rbac.hook_uses(source, "h.py")
-    seen = {(u.api_version, u.kind, u.verbs) for u in uses}
+    seen = {(u.api_version, u.kind, u.verbs, u.subresource) for u in uses}
     assert seen == {
-        ("v1", "Pod", ("get", "list", "watch")),
-        ("v1", "ConfigMap", ("get",)),
-        ("batch/v1", "Job", ("delete",)),
-        ("v1", "Secret", ("create", "get")),
+        ("v1", "Pod", ("get", "list", "watch"), ""),
+        ("v1", "ConfigMap", ("get",), ""),
+        ("batch/v1", "Job", ("delete",), ""),
+        ("v1", "Secret", ("create", "get"), ""),
+        ("v1", "Pod", ("create", "get"), "exec"),  # the API server authorises exec as create
     }
     assert imported == ["helm_operator.hooks.builtin.backup"]
 

@@ -4,6 +4,13 @@ Pods (demotions first), record the primary in ``status.day2``, and say so with E
 The role label lives on the Pods, which the release does not render (their StatefulSet does), so
 drift correction of the release never touches it. :func:`keep_primary` (a watch hook on the
 Pods) and :func:`switchover` (an action) are the whole of a sample's primary policy.
+
+An instance that reads its role from its labels through the downward API learns of a change only
+when the kubelet next rewrites that file: usually within seconds, sometimes a minute later (the
+kubelet's periodic pod sync). With a :class:`RoleFile`, each member is also told at once, through
+``exec``: every label change carries a generation (a second label), the file gets the role and
+that generation, and the chart believes whichever copy has the higher one — a late copy from the
+kubelet never undoes a newer word, and a member the operator cannot reach still learns from it.
 """
 
 from __future__ import annotations
@@ -11,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from helm_operator.hooks.builtin.primary import Election, Member, elect, switch
-from helm_operator.hooks.context import Context
+from helm_operator.hooks.context import Context, ExecFailed
 from helm_operator.hooks.errors import PermanentError, TemporaryError
 from helm_operator.hooks.schedule import parse_time, rfc3339
 
@@ -28,14 +36,53 @@ def members(pods: Sequence[Mapping[str, Any]], label: str) -> list[Member]:
     return [Member.of(p, label) for p in pods]
 
 
-async def _label(ctx: Context, pod: str, label: str, value: str) -> bool:
-    """Set the role label; False if the Pod is gone."""
+@dataclass(frozen=True)
+class RoleFile:
+    """Where a member's container keeps the role it was told (a memory-backed ``emptyDir``):
+    one line, ``<role> <generation>``, replaced atomically."""
+
+    path: str
+    container: str | None = None
+
+
+def generation_label(label: str) -> str:
+    """The label that numbers changes of ``label`` (``example.com/role`` → ``…/role-generation``)."""
+    return f"{label}-generation"
+
+
+def generation(pod: Mapping[str, Any], label: str) -> int:
+    """The Pod's last role change's number (0: never changed since the Pod was made)."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(generation_label(label), "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def tell_argv(path: str, role: str, number: int) -> list[str]:
+    """The command that writes the role file: values are arguments, never script text."""
+    script = 'printf "%s %s\\n" "$1" "$2" > "$3.new" && mv -f "$3.new" "$3"'
+    return ["sh", "-c", script, "tell-role", role, str(number), path]
+
+
+async def _label(ctx: Context, pod: str, label: str, value: str, tell: RoleFile | None = None) -> bool:
+    """Set the role label (and tell the member, with ``tell``); False if the Pod is gone."""
+    labels = {label: value}
+    number = 0
+    if tell is not None:
+        found = await ctx.kube.get("v1", "Pod", pod, ctx.namespace)
+        if found is None:
+            return False
+        number = generation(found, label) + 1
+        labels[generation_label(label)] = str(number)
     try:
-        await ctx.kube.patch("v1", "Pod", pod, ctx.namespace, {"metadata": {"labels": {label: value}}})
+        await ctx.kube.patch("v1", "Pod", pod, ctx.namespace, {"metadata": {"labels": labels}})
     except Exception as exc:
         if getattr(exc, "status", None) == 404:
             return False
         raise TemporaryError(f"could not label Pod {pod}: {exc}", delay=2.0) from exc
+    if tell is not None:
+        try:
+            await ctx.kube.exec(pod, str(ctx.namespace), tell_argv(tell.path, value, number), tell.container)
+        except ExecFailed as exc:  # not running, or no exec here: it learns from the kubelet's copy
+            ctx.log.info("could not tell %s it is %s at once (%s); it reads its label", pod, value, exc)
     return True
 
 
@@ -74,28 +121,35 @@ async def still_running(
 
 
 async def apply(
-    ctx: Context, election: Election, label: str, *, replica: str = "replica", fence: float | None = None
+    ctx: Context,
+    election: Election,
+    label: str,
+    *,
+    replica: str = "replica",
+    fence: float | None = None,
+    tell: RoleFile | None = None,
 ) -> None:
     """Demote, then promote, then record; an Event for a failover, a switchover or a grace period.
 
     ``fence`` (seconds): before promoting, wait for the demoted Pods' processes to end — for a
     chart whose primary stops when its label goes (never two writable primaries, and a standby
     promoted only after the old primary sent it its last writes). One still running after that
-    gets its label back and the promotion is not made."""
+    gets its label back and the promotion is not made. ``tell``: also tell each member its role
+    at once (see :class:`RoleFile`)."""
     fenced = fence is not None and election.promote is not None and bool(election.demote)
     running_then = await incarnations(ctx, election.demote) if fenced else {}
     for pod in election.demote:
-        await _label(ctx, pod, label, replica)
+        await _label(ctx, pod, label, replica, tell)
     if fence is not None and fenced:
         stuck = await still_running(ctx, running_then, fence)
         if stuck:
             for pod in stuck:
-                await _label(ctx, pod, label, "primary")
+                await _label(ctx, pod, label, "primary", tell)
             raise PermanentError(
                 f"{', '.join(stuck)} still running {fence:g}s after losing the primary label: "
                 f"{election.promote} not promoted (never two primaries)"
             )
-    if election.promote is not None and not await _label(ctx, election.promote, label, "primary"):
+    if election.promote is not None and not await _label(ctx, election.promote, label, "primary", tell):
         raise TemporaryError(f"Pod {election.promote} vanished before it was promoted", delay=1.0)
     before = ctx.day2.get(CURRENT)
     if election.primary != before:
@@ -117,12 +171,18 @@ async def apply(
 
 
 async def keep_primary(
-    ctx: Context, label: str, delay: float, members_of: Select, *, fence: float | None = None
+    ctx: Context,
+    label: str,
+    delay: float,
+    members_of: Select,
+    *,
+    fence: float | None = None,
+    tell: RoleFile | None = None,
 ) -> None:
     """A watch hook on the release's Pods: keep exactly one Ready primary (label the first Ready
     member, promote the Ready member with the lowest ordinal once the primary has not been Ready
-    for ``delay`` seconds); while a grace period runs, look again when it is over. ``fence``: as
-    in :func:`apply`."""
+    for ``delay`` seconds); while a grace period runs, look again when it is over. ``fence`` and
+    ``tell``: as in :func:`apply`."""
     election = elect(
         members([p for p in ctx.objects if members_of(p)], label),
         ctx.day2.get(CURRENT),
@@ -130,14 +190,21 @@ async def keep_primary(
         dt.datetime.now(dt.UTC),
         parse_time(ctx.day2.get(UNREADY_SINCE)),
     )
-    await apply(ctx, election, label, fence=fence)
+    await apply(ctx, election, label, fence=fence, tell=tell)
     if election.wait is not None:
         raise TemporaryError(election.reason, delay=election.wait)
 
 
-async def switchover(ctx: Context, label: str, members_of: Select, *, fence: float | None = None) -> None:
+async def switchover(
+    ctx: Context,
+    label: str,
+    members_of: Select,
+    *,
+    fence: float | None = None,
+    tell: RoleFile | None = None,
+) -> None:
     """An action ``switchover=<pod>``: make that Ready member the primary (demoted first: never two;
-    ``fence``: as in :func:`apply`)."""
+    ``fence`` and ``tell``: as in :func:`apply`)."""
     if not ctx.argument:
         raise PermanentError("switchover needs the Pod to promote: switchover=<pod>")
     pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
@@ -145,4 +212,4 @@ async def switchover(ctx: Context, label: str, members_of: Select, *, fence: flo
         election = switch(members([p for p in pods if members_of(p)], label), ctx.argument)
     except ValueError as exc:
         raise PermanentError(f"switchover: {exc}") from None
-    await apply(ctx, election, label, fence=fence)
+    await apply(ctx, election, label, fence=fence, tell=tell)
