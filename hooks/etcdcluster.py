@@ -14,6 +14,11 @@ affinity, top-level or under ``pod``), since it reads their volumes or reaches t
 pruned snapshots are removed with ``rm`` from ``backup.toolsImage`` (busybox by default: etcd's
 own images have no shell tools), an image a cluster without registry access can name a mirror of.
 
+``backup.verifySchedule`` (5-field cron) and the action ``helm-operator.io/action: verify-backup``
+verify the newest snapshot: a throw-away one-member etcd (one Job, the members' image and
+placement) restores it with ``etcdutl snapshot restore`` (which checks its hash), serves it on
+localhost, and must answer ``etcdctl get``; ``status.day2.lastVerifiedBackup`` records it.
+
 Every spec value reaches a Job as one argv element or an environment variable (``jobs.command``,
 ``jobs.shell`` with a constant ``Script``), never as shell text; ``validate`` checks their shapes.
 """
@@ -35,6 +40,7 @@ from helm_operator.hooks import (
     bounded,
     jobs,
     shapes,
+    verify,
 )
 
 AWS_CLI = "amazon/aws-cli:2.22.35"
@@ -273,6 +279,36 @@ async def periodic_snapshot(ctx: Context) -> None:
 # --- restore ------------------------------------------------------------------------------------
 
 
+def _source(ctx: Context, location: str) -> tuple[list[jobs.Container], list[dict[str, Any]]]:
+    """Where a restore reads the snapshot at ``location``: the backup volume mounted read-only at
+    /snapshots, or (``s3://``) an emptyDir there the init container returned fills first."""
+    if not location.startswith("s3://"):
+        claim_name = location.removeprefix("pvc://").split("/", 1)[0]
+        return [], [
+            {"name": "snapshots", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}}
+        ]
+    s3 = _s3(
+        {
+            "storageType": "S3",
+            "s3": (ctx.spec.get("restore") or {}).get("s3") or _policy(ctx.spec).get("s3") or {},
+        },
+        "spec.restore",
+    )
+    assert s3 is not None
+    fetch = jobs.command(
+        "fetch",
+        AWS_CLI,
+        ["aws", "s3", "cp", location, f"/snapshots/{location.rsplit('/', 1)[-1]}"],
+        env=_aws_env(s3),
+        mounts={"snapshots": "/snapshots", "aws": "/etc/aws"},
+    )
+    return [fetch], [{"name": "snapshots", "emptyDir": {}}, _aws_secret(s3)]
+
+
+def _tool(ctx: Context) -> str:
+    return "etcdctl" if _version(ctx) < (3, 5) else "etcdutl"  # etcdutl from 3.5 on
+
+
 def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     """One init container per member restores the snapshot into that member's data volume."""
     sts, ns = statefulset(ctx), ctx.namespace
@@ -281,32 +317,8 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     urls = [f"{peer}://{sts}-{i}.{sts}.{ns}.svc:2380" for i in range(size)]
     cluster = ",".join(f"{sts}-{i}={u}" for i, u in enumerate(urls))
     file = location.rsplit("/", 1)[-1]
-    tool = "etcdctl" if _version(ctx) < (3, 5) else "etcdutl"  # etcdutl from 3.5 on
-    init: list[jobs.Container] = []
-    volumes: list[dict[str, Any]] = []
-    if location.startswith("s3://"):
-        s3 = _s3(
-            {
-                "storageType": "S3",
-                "s3": (ctx.spec.get("restore") or {}).get("s3") or _policy(ctx.spec).get("s3") or {},
-            },
-            "spec.restore",
-        )
-        assert s3 is not None
-        fetch = jobs.command(
-            "fetch",
-            AWS_CLI,
-            ["aws", "s3", "cp", location, f"/snapshots/{file}"],
-            env=_aws_env(s3),
-            mounts={"snapshots": "/snapshots", "aws": "/etc/aws"},
-        )
-        init.append(fetch)
-        volumes += [{"name": "snapshots", "emptyDir": {}}, _aws_secret(s3)]
-    else:
-        claim_name = location.removeprefix("pvc://").split("/", 1)[0]
-        volumes.append(
-            {"name": "snapshots", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}}
-        )
+    tool = _tool(ctx)
+    init, volumes = _source(ctx, location)
     for i, url in enumerate(urls):
         volumes.append({"name": f"data-{i}", "persistentVolumeClaim": {"claimName": f"data-{sts}-{i}"}})
         init.append(
@@ -355,3 +367,79 @@ def data_claims(ctx: Context) -> list[Claim]:
         Claim(f"data-{statefulset(ctx)}-{i}", size, template.get("storageClassName"), "data", modes)
         for i in range(count)
     ]
+
+
+# --- verification -------------------------------------------------------------------------------
+
+LOCAL = "http://127.0.0.1"  # the throw-away member listens on the Pod's loopback only
+SCRATCH_DATA = "/scratch/verify.etcd"
+
+
+def verify_job(ctx: Context, name: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The throw-away one-member etcd: ``etcdutl snapshot restore`` of the snapshot ``record``
+    names into the scratch volume (a truncated or altered file fails its hash check), the member
+    serving it (a sidecar, ready once ``endpoint health`` answers), then ``etcdctl get``."""
+    location = str(record["location"])
+    init, volumes = _source(ctx, location)
+    peer = f"--initial-cluster=verify={LOCAL}:2380"
+    restore = jobs.command(
+        "restore",
+        _image(ctx),
+        [
+            _tool(ctx),
+            "snapshot",
+            "restore",
+            f"/snapshots/{location.rsplit('/', 1)[-1]}",
+            "--name=verify",
+            peer,
+            f"--initial-advertise-peer-urls={LOCAL}:2380",
+            f"--data-dir={SCRATCH_DATA}",
+        ],
+        env=_api_env(ctx),
+        mounts={"snapshots": "/snapshots", verify.SCRATCH: "/scratch"},
+    )
+    member = jobs.command(
+        "etcd",
+        _image(ctx),
+        [
+            "/usr/local/bin/etcd",
+            "--name=verify",
+            f"--data-dir={SCRATCH_DATA}",
+            f"--listen-client-urls={LOCAL}:2379",
+            f"--advertise-client-urls={LOCAL}:2379",
+            f"--listen-peer-urls={LOCAL}:2380",
+            f"--initial-advertise-peer-urls={LOCAL}:2380",
+            peer,
+        ],
+        mounts={verify.SCRATCH: "/scratch"},
+    )
+    endpoint = f"--endpoints={LOCAL}:2379"
+    serve = verify.Sidecar(member, ("etcdctl", endpoint, "endpoint", "health"))
+    get = jobs.command(
+        "check",
+        _image(ctx),
+        ["etcdctl", endpoint, "get", "", "--prefix", "--keys-only", "--limit=1"],
+        env=_api_env(ctx),
+    )
+    return verify.instance(
+        ctx,
+        name,
+        [get],
+        restore=[*init, restore],
+        serve=[serve],
+        volumes=volumes,
+        pod=placement(ctx.values or ctx.spec),
+        logs_on_error=True,
+    )
+
+
+@hooks.schedule("verify", cron="spec.backup.verifySchedule")
+async def scheduled_verification(ctx: Context) -> None:
+    """Verify the newest snapshot on ``backup.verifySchedule`` (none yet: an Event, no failure)."""
+    await verify.verify_latest(ctx, lambda name, record: verify_job(ctx, name, record), require=False)
+
+
+@hooks.action("verify-backup")
+async def verify_backup(ctx: Context) -> None:
+    """``helm-operator.io/action: verify-backup``: verify the newest snapshot now."""
+    await verify.verify_latest(ctx, lambda name, record: verify_job(ctx, name, record))

@@ -11,8 +11,14 @@ chart's instances watch their own labels and run ``pg_ctl promote``).
 Spec fields used: ``backup.schedule`` (5-field cron), ``backup.retention`` (30d, 12h, 4w),
 ``backup.maxBackups``, ``backup.storage`` (size of the backup volume, default 1Gi),
 ``restore.fromBackup`` (a backup name another cluster recorded, or ``pvc://<claim>/<file>``),
-``failoverDelay`` (30s, 2m; default 30s). Annotations: ``helm-operator.io/skip-final-backup:
-"true"`` skips the final backup; ``helm-operator.io/action: switchover=<pod>`` moves the primary.
+``failoverDelay`` (30s, 2m; default 30s), ``backup.verifySchedule`` (5-field cron: verify the
+newest backup). Annotations: ``helm-operator.io/skip-final-backup: "true"`` skips the final
+backup; ``helm-operator.io/action: switchover=<pod>`` moves the primary, ``verify-backup``
+verifies the newest backup.
+
+A verification restores the newest dump into a throw-away PostgreSQL (one Job: the cluster's image,
+placed where its instances run, its data on the Pod's own scratch volume), asks it ``CHECK`` and
+deletes it; ``status.day2.lastVerifiedBackup`` says how it went and how long the restore took.
 
 Every value reaches a Job as one argv element or an environment variable (``jobs.command``,
 ``jobs.shell`` with a constant ``Script``), never as shell text; ``validate`` checks their shapes.
@@ -27,6 +33,7 @@ from helm_operator.hooks import (
     Claim,
     Context,
     Hooks,
+    PermanentError,
     Retention,
     Script,
     SecretKey,
@@ -37,6 +44,7 @@ from helm_operator.hooks import (
     parse_age,
     parse_count,
     shapes,
+    verify,
 )
 
 SKIP_FINAL_BACKUP = "helm-operator.io/skip-final-backup"
@@ -81,6 +89,34 @@ gunzip -c "/backups/$SOURCE" | gosu postgres psql -h /var/run/postgresql -v ON_E
   -U "$PGUSER" -d "$PGDATABASE"
 gosu postgres pg_ctl -D "$PGDATA" -m fast -w stop
 """
+)
+
+# The newest dump ($SOURCE) restored into a throw-away server on the scratch volume, then asked
+# $CHECK (the query below, never a spec value), which must answer t. Integrity is tested first:
+# in ``gunzip -c | psql`` the status is psql's, and a truncated dump may end between statements.
+# Only these fixed sentences reach the status (termination log); psql's own errors, which may
+# quote rows, stay in the Pod's log.
+VERIFY = Script(
+    """
+say() { printf '%s\\n' "$1" >/dev/termination-log; echo "$1" >&2; }
+gunzip -t "/backups/$SOURCE" || { say "$SOURCE is not a complete gzip file"; exit 1; }
+export PGDATA=/scratch/pgdata
+mkdir -p "$PGDATA" && chown postgres:postgres "$PGDATA" && chmod 0700 "$PGDATA"
+gosu postgres initdb -D "$PGDATA" -U "$PGUSER" >/dev/null
+gosu postgres pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -l /scratch/server.log -w start >/dev/null
+gosu postgres createdb -h /var/run/postgresql -U "$PGUSER" -- "$PGDATABASE" 2>/dev/null || true
+gunzip -c "/backups/$SOURCE" | gosu postgres psql -h /var/run/postgresql -q -v ON_ERROR_STOP=1 \
+  -U "$PGUSER" -d "$PGDATABASE" >/dev/null || { say "$SOURCE did not restore (psql stopped)"; exit 1; }
+gosu postgres psql -h /var/run/postgresql -v ON_ERROR_STOP=1 -U "$PGUSER" -d "$PGDATABASE" -tA \
+  -c "$CHECK" >/scratch/answer || { say "the check query failed on the restored $SOURCE"; exit 1; }
+grep -qx t /scratch/answer || { say "the check found no table in the restored $SOURCE"; exit 1; }
+echo "restored $SOURCE; the check answered"
+"""
+)
+# What a restored dump must answer: it holds at least one table of the application's.
+CHECK = (
+    "SELECT count(*) > 0 FROM pg_catalog.pg_tables"
+    " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
 )
 
 hooks = Hooks()
@@ -131,6 +167,18 @@ async def scheduled_backup(ctx: Context) -> None:
 @hooks.action("backup-now")
 async def backup_now(ctx: Context) -> None:
     await take(ctx, ctx.run, keep=retention(ctx.spec))
+
+
+@hooks.schedule("verify", cron="spec.backup.verifySchedule")
+async def scheduled_verification(ctx: Context) -> None:
+    """Verify the newest backup on ``backup.verifySchedule`` (none yet: an Event, no failure)."""
+    await verify.verify_latest(ctx, lambda name, record: verify_job(ctx, name, record), require=False)
+
+
+@hooks.action("verify-backup")
+async def verify_backup(ctx: Context) -> None:
+    """``helm-operator.io/action: verify-backup``: verify the newest backup now."""
+    await verify.verify_latest(ctx, lambda name, record: verify_job(ctx, name, record))
 
 
 @hooks.before("uninstall", timeout=1800)
@@ -266,3 +314,19 @@ def restore_job(ctx: Context, name: str, location: str) -> dict[str, Any]:
     return backup.job(
         ctx, name, "restore", [restore], volumes=volumes, pod={"securityContext": {"fsGroup": 999}}
     )
+
+
+def verify_job(ctx: Context, name: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The throw-away instance that restores the dump ``record`` names and asks it ``CHECK``."""
+    location = str(record["location"])
+    if not location.startswith("pvc://"):
+        raise PermanentError(
+            f"backup {record['name']}: cannot verify {location}: expected pvc://<claim>/<file>"
+        )
+    claim_name, _, file = location.removeprefix("pvc://").partition("/")
+    libpq = _libpq(ctx)  # no PGHOST: the instance answers on its own socket, never the cluster's
+    env = {"PGUSER": libpq["PGUSER"], "PGDATABASE": libpq["PGDATABASE"], "SOURCE": file, "CHECK": CHECK}
+    run = jobs.shell(
+        "verify", _image(ctx), VERIFY, env=env, mounts={"backups": "/backups", verify.SCRATCH: "/scratch"}
+    )
+    return verify.instance(ctx, name, [run], volumes=[_backups(claim_name, read_only=True)])

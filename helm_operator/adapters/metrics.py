@@ -82,6 +82,24 @@ WATCH_CHECKS = Counter(
     "only the workloads' readiness read (readiness)",
     ["watch", "read"],
 )
+BACKUP_LAST_VERIFIED = Gauge(
+    "helm_operator_backup_last_verified_timestamp_seconds",
+    "Unix time of the latest backup verification that succeeded (a backup restored into a throw-away "
+    "instance and checked), by watch; each resource's own is in its status.day2.lastVerifiedBackup",
+    ["watch"],
+)
+RESTORE_DURATION = Histogram(
+    "helm_operator_restore_duration_seconds",
+    "Time of one backup verification's restore: from the throw-away instance's creation until its "
+    "check answered or it failed (scheduling and image pull included), by watch and result",
+    ["watch", "result"],
+    buckets=(*DURATION_BUCKETS, 1200, 1800, 3600),
+)
+BACKUP_VERIFICATIONS = Counter(
+    "helm_operator_backup_verifications_total",
+    "Backup verifications by watch and result (Succeeded, Failed)",
+    ["watch", "result"],
+)
 LEADER = Gauge(
     "helm_operator_leader", "1 while this replica holds the leader lease (or runs without election)"
 )

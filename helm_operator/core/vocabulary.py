@@ -93,6 +93,9 @@ class Reason(StrEnum):
     UNINSTALL_BLOCKED = "UninstallBlocked"
     HOOKS_OVERRIDDEN = "HooksOverridden"
     HOOK_GAVE_UP = "HookGaveUp"
+    # the day-2 built-ins' outcomes that alerts key on
+    BACKUP_VERIFIED = "BackupVerified"
+    BACKUP_VERIFICATION_FAILED = "BackupVerificationFailed"
 
 
 class EventType(StrEnum):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from helm_operator.core.vocabulary import Reason
+
 
 class HookError(Exception):
     """Base of the errors a hook raises on purpose."""
@@ -16,7 +18,12 @@ class TemporaryError(HookError):
 
 
 class PermanentError(HookError):
-    """Retrying cannot help until the resource changes (bad input, a failed backup)."""
+    """Retrying cannot help until the resource changes (bad input, a failed backup). ``reason``
+    is what ``Day2`` and the Warning say (a built-in's own, e.g. ``BackupVerificationFailed``)."""
+
+    def __init__(self, message: str, *, reason: Reason = Reason.HOOK_FAILED) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class InvalidSpec(PermanentError):

@@ -74,7 +74,7 @@ async def run(hook: Hook, ctx: Context) -> HookResult:
             False, Reason.INVALID_SPEC, f"{hook.label}: {exc}", field=exc.path, detail=str(exc)
         )
     except PermanentError as exc:
-        result = HookResult(False, Reason.HOOK_FAILED, f"{hook.label}: {exc}", detail=str(exc))
+        result = HookResult(False, exc.reason, f"{hook.label}: {exc}", detail=str(exc))
     except Exception as exc:
         ctx.log.warning("%s raised", hook.label, exc_info=True)
         message = f"{hook.label} raised {type(exc).__name__}: {exc}{_origin(exc)}"
