@@ -9,17 +9,24 @@ real node (``bench_session(real_node=True)``; HELM_OPERATOR_KUBECONFIG: a runnin
   dump's size on the backup volume;
 - restore (recovery time): a new PostgreSQLCluster restored from that backup, from its apply to
   ``Ready`` and to its restore Job's completion, rows checked;
-- failover: ``--failovers`` trials deleting the primary's Pod; switchover: ``--switchovers``
-  trials. A writer inserts through the client Service every 0.1 s (a new connection each); the
-  window is its last acknowledged write before the first failure → its first acknowledged write
-  after.
+- failover: ``--failovers`` trials deleting the primary's Pod, ``--stops`` trials stopping
+  PostgreSQL in the primary's container (``pg_ctl stop -m immediate`` through exec, repeated as the
+  container restarts until ``failoverDelay`` has passed); switchover: ``--switchovers`` trials. A
+  writer inserts through the client Service every 0.1 s (a new connection each); the window is its
+  last acknowledged write before the first failure → its first acknowledged write after;
+- etcd: an EtcdCluster of 3 real members (etcd 3.6) loaded with ``--etcd-mb`` of random 64 KiB
+  values; one interval snapshot Job (its duration, the file's size, ``etcdutl snapshot status``
+  read back) and a new 3-member cluster restored from it (apply → every member Ready, keys
+  counted).
 
-    python -m bench.day2_real [--size-mb 100] [--failovers 5] [--switchovers 5]
+    python -m bench.day2_real [--size-mb 100] [--failovers 5] [--stops 5] [--switchovers 5]
+                              [--etcd-mb 80] [--parts postgres,etcd]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -30,6 +37,7 @@ from typing import Any
 from bench.session import bench_session
 from tests.e2e.operator import REPO, Resources, eventually
 from tests.e2e.test_day2 import PG, day2, ts
+from tests.e2e.test_real_etcd import ETCD, VERSION, etcd, inspector, job, kubectl, members_ready, records
 from tests.e2e.test_real_postgres import (
     WRITER,
     _client_pod,
@@ -44,6 +52,24 @@ from tests.e2e.test_real_postgres import (
 # 256 random hex characters a row: about as compressible as real text (gzip halves it), not a
 # repeated string that a dump compresses to nothing.
 RANDOM_TEXT = " || ".join(["md5(random()::text)"] * 8)
+
+# etcd values: 64 KiB of base64 text from 48 KiB of random bytes (incompressible, as a snapshot
+# of real data can be); one etcdctl put a key, its value on stdin.
+ETCD_VALUE = 49152
+ETCD_LOAD = r"""
+load() {
+  i=$1
+  while [ "$i" -lt "$2" ]; do
+    head -c "$3" /dev/urandom | base64 -w0 | etcdctl put "k/$(printf %06d "$i")" >/dev/null || return 1
+    i=$((i + 1))
+  done
+}
+load 0 "$1" "$3" & a=$!
+load "$1" "$2" "$3" & b=$!
+wait $a && wait $b
+"""
+ETCD_POD = {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}}
+ETCD_CLAIM = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}
 
 
 def load(res: Resources, pod: str, size_mb: int) -> tuple[int, int]:
@@ -68,8 +94,18 @@ def stats(xs: list[float]) -> str:
     return f"{statistics.median(s):.2f} | {max(s):.2f} | {min(s):.2f}"
 
 
+def stop_postgres(res: Resources, pod: str) -> None:
+    """PostgreSQL stopped in the primary's container, again as it restarts, for longer than
+    failoverDelay (5 s): the container's restart alone would bring the same primary back."""
+    for _ in range(3):
+        res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "bash", "-c",
+                            'gosu postgres pg_ctl stop -D "$PGDATA" -m immediate', check=False)  # fmt: skip
+        time.sleep(2)
+
+
 def windows(res: Resources, name: str, trials: int, how: str) -> list[float]:
-    """Write-unavailability windows of ``trials`` primary changes made by ``how``."""
+    """Write-unavailability windows of ``trials`` primary changes made by ``how`` (failover: the
+    primary's Pod deleted; stop: PostgreSQL stopped in it; switchover: on request)."""
     out = []
     for i in range(trials):
         old = str(day2(res, name)["currentPrimary"])
@@ -80,114 +116,261 @@ def windows(res: Resources, name: str, trials: int, how: str) -> list[float]:
         started = time.time()
         if how == "failover":
             res.cluster.kubectl("delete", "pod", "-n", res.ns, old, "--wait=false")
+        elif how == "stop":
+            stop_postgres(res, old)
         else:
             target = next(p for p in (f"{name}-0", f"{name}-1", f"{name}-2") if p != old)
             res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "--overwrite",
                                 f"helm-operator.io/action=switchover={target}")  # fmt: skip
-        new = eventually(
-            lambda o=old: (p := day2(res, name).get("currentPrimary")) != o and p, timeout=180, interval=0.5
-        )
-        eventually(lambda t=started: any(w[1] == "ok" and float(w[0]) > t + 1 for w in _log(res, "writer")),
-                   timeout=180)  # fmt: skip
+
+        def moved(old: str = old) -> str | None:
+            now = day2(res, name).get("currentPrimary")
+            return str(now) if now and now != old else None
+
+        def writing(since: float = started) -> bool:
+            return any(w[1] == "ok" and float(w[0]) > since + 1 for w in _log(res, "writer"))
+
+        new = eventually(moved, timeout=180, interval=0.5, what=f"a new primary after {how} {i + 1}")
+        eventually(writing, timeout=180, what=f"writes through the Service after {how} {i + 1}")
         _, _, gap = unavailable(_log(res, "writer"), started)
         print(f"  {how} {i + 1}: {old} -> {new}, writes unavailable {gap:.2f}s", flush=True)
         out.append(gap)
+    if how == "stop":  # the last stopped primary rejoins before the next kind of trial
+        eventually(lambda: sql(res, old, "SELECT pg_is_in_recovery()", check=False) == "t", timeout=300)
     return out
+
+
+def postgres(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    name = "big"
+    res.apply(real_pg(name, replicas=3, failoverDelay="5s", storage="2Gi", backup={"storage": "2Gi"}))
+    res.wait_condition(PG, name, "Ready", timeout=600)
+    eventually(lambda: day2(res, name).get("currentPrimary") == f"{name}-0", timeout=120)
+    began = time.time()
+    rows, size = load(res, f"{name}-0", args.size_mb)
+    result["database"] = (rows, size)
+    print(f"loaded {rows} rows, {size / 1e6:.0f} MB in {time.time() - began:.0f}s", flush=True)
+    checksum = sql(res, f"{name}-0", "SELECT count(*) || ' ' || sum(length(v)) FROM t", timeout=300)
+
+    res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "helm-operator.io/action=backup-now")
+    backup = eventually(
+        lambda: next((b for b in day2(res, name).get("backups", []) if b.get("phase") == "Succeeded"), None),
+        timeout=900,
+        interval=1,
+    )
+    dump = files_on(res, f"{name}-backups", "ls-bench")[f"{backup['name']}.sql.gz"]
+    result["backup"] = (seconds(backup["startTime"], backup["completionTime"]), dump)
+    print(f"backup: {result['backup'][0]:.0f}s, {dump / 1e6:.1f} MB compressed", flush=True)
+
+    applied = time.time()
+    res.apply(real_pg("restored", storage="2Gi", restore={"fromBackup": backup["name"]}))
+    res.wait_condition(PG, "restored", "Ready", timeout=1200)
+    ready = time.time() - applied
+    restore = day2(res, "restored").get("restore") or {}
+    took = seconds(restore["startTime"], restore["completionTime"]) if restore.get("completionTime") else 0.0
+    same = sql(res, "restored-0", "SELECT count(*) || ' ' || sum(length(v)) FROM t", timeout=300) == checksum
+    result["restore"] = (ready, took, same)
+    print(f"restore: Ready {ready:.0f}s after apply, its Job {took:.0f}s, rows the same: {same}", flush=True)
+    res.delete(PG, "restored", wait=False)
+
+    sql(res, f"{name}-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
+    _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
+    eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 20, timeout=60)
+    result["failover"] = windows(res, name, args.failovers, "failover")
+    result["stop"] = windows(res, name, args.stops, "stop")
+    result["switchover"] = windows(res, name, args.switchovers, "switchover")
+    res.delete(PG, name, wait=False)
+
+
+def etcd_keys(res: Resources, pod: str) -> int:
+    out = kubectl(res, "exec", pod, "-c", "etcd", "--", "etcdctl", "get", "--prefix", "k/", "--keys-only",
+                  "-w", "json")  # fmt: skip
+    return int(json.loads(out).get("count") or 0)
+
+
+def etcd_db_size(res: Resources, pod: str) -> int:
+    out = json.loads(
+        kubectl(res, "exec", pod, "-c", "etcd", "--", "etcdctl", "endpoint", "status", "-w", "json")
+    )
+    return int(out[0]["Status"]["dbSize"])
+
+
+def etcd_part(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """3 real members loaded to ``--etcd-mb``; one snapshot Job; a new cluster restored from it."""
+    res.apply(etcd("kv", pod=ETCD_POD))
+    res.wait_condition(ETCD, "kv", "Ready", timeout=300)
+    eventually(lambda: members_ready(res, "kv"), timeout=180, what="3 Ready members of kv")
+    keys = args.etcd_mb * 1_000_000 // (ETCD_VALUE * 4 // 3)
+    began = time.time()
+    # Two writers side by side (2 cores), each its half of the keys.
+    kubectl(res, "exec", "kv-0", "-c", "etcd", "--", "bash", "-c", ETCD_LOAD, "load",
+            str(keys // 2), str(keys), str(ETCD_VALUE), timeout=1800)  # fmt: skip
+    loaded = time.time() - began
+    count = etcd_keys(res, "kv-1")
+    assert count == keys, (count, keys)
+    db = etcd_db_size(res, "kv-0")
+    result["etcd_load"] = (keys, db, loaded)
+    print(f"etcd: {keys} keys, db {db / 1e6:.0f} MB in {loaded:.0f}s", flush=True)
+
+    res.apply(etcd("kv", pod=ETCD_POD, backup={"backupIntervalInSecond": 30, "storage": "2Gi"}))
+    first = eventually(
+        lambda: next((r for r in records(res, "kv") if r.get("phase") in ("Succeeded", "Failed")), None),
+        timeout=300,
+        interval=1,
+        what="a snapshot of kv",
+    )
+    assert first["phase"] == "Succeeded", first
+    res.apply(etcd("kv", pod=ETCD_POD, backup={"backupIntervalInSecond": 0, "storage": "2Gi"}))
+    saved = job(res, first["job"])
+    job_s = seconds(saved["status"]["startTime"], saved["status"]["completionTime"])
+    log = kubectl(res, "logs", f"job/{first['job']}", "--all-containers")
+    fetched: dict[str, Any] = next((json.loads(x) for x in log.splitlines() if '"fetched snapshot"' in x), {})
+    inspector(res, "kv-backups")
+    file = f"{first['name']}.db"
+    size = int(kubectl(res, "exec", "inspect", "--", "stat", "-c", "%s", f"/b/{file}").strip())
+    kubectl(res, "exec", "inspect", "--", "cp", f"/b/{file}", "/tmp/s.db")
+    status = json.loads(
+        kubectl(res, "exec", "inspect", "--", "etcdutl", "snapshot", "status", "/tmp/s.db", "-w", "json")
+    )
+    kubectl(res, "delete", "pod", "inspect", "--wait=false")
+    result["etcd_snapshot"] = (job_s, str(fetched.get("took")), size, status)
+    print(f"etcd snapshot: Job {job_s:.0f}s (etcdctl {fetched.get('took')}), {size / 1e6:.1f} MB, "
+          f"status {status}", flush=True)  # fmt: skip
+    assert status["totalKey"] >= keys, status
+
+    applied = time.time()
+    res.apply(etcd("kvcopy", pod={**ETCD_POD, "persistentVolumeClaimSpec": ETCD_CLAIM},
+                   restore={"fromBackup": first["name"]}))  # fmt: skip
+    res.wait_condition(ETCD, "kvcopy", "Ready", timeout=900)
+    eventually(lambda: members_ready(res, "kvcopy"), timeout=600, what="3 Ready members of kvcopy")
+    ready = time.time() - applied
+    restore = ((res.get(ETCD, "kvcopy") or {}).get("status") or {}).get("day2", {}).get("restore") or {}
+    rjob = job(res, restore["job"]) if restore.get("job") else {}
+    rjob_s = (
+        seconds(rjob["status"]["startTime"], rjob["status"]["completionTime"])
+        if rjob.get("status", {}).get("completionTime")
+        else 0.0
+    )
+    restored = etcd_keys(res, "kvcopy-2")
+    result["etcd_restore"] = (ready, rjob_s, restored, keys)
+    print(f"etcd restore: Ready {ready:.0f}s after apply, its Job {rjob_s:.0f}s, {restored}/{keys} keys "
+          f"(restore {restore.get('phase')})", flush=True)  # fmt: skip
+    res.delete(ETCD, "kvcopy", wait=False)
+    res.delete(ETCD, "kv", wait=False)
+
+
+def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    """The Markdown of what was measured (only the parts that ran)."""
+    lines = [
+        "# Day-2 on the real node",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d')} on this machine: {os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB of memory, Debian 12, "
+        "cgroup v1, containerd 1.6.20, kubelet v1.36.3 beside KWOK's fake nodes, PostgreSQL 15.18 "
+        f"(Debian's), etcd {VERSION}, the hostPath provisioner on the machine's disk, helm v4. "
+        f"`python -m bench.day2_real --size-mb {args.size_mb} --failovers {args.failovers} "
+        f"--stops {args.stops} --switchovers {args.switchovers} --etcd-mb {args.etcd_mb} "
+        f"--parts {args.parts}`. "
+        "One run; every number is one measurement unless a count is given.",
+    ]
+    if {"database", "backup", "restore"} <= set(result):
+        rows, size = result["database"]
+        backup_s, dump = result["backup"]
+        ready, took, same = result["restore"]
+        lines += [
+            "",
+            "## PostgreSQL backup and restore",
+            "",
+            "| what | value |",
+            "|---|---|",
+            f"| database | {rows} rows, {size / 1e6:.0f} MB (`pg_database_size`) |",
+            f"| backup (`pg_dump` Job, record start → completion) | {backup_s:.0f} s |",
+            f"| dump on the backup volume (gzip) | {dump / 1e6:.1f} MB |",
+            f"| restore Job (initdb + `psql` of the dump) | {took:.0f} s |",
+            f"| recovery time: restored cluster applied → Ready | {ready:.0f} s |",
+            f"| restored rows equal (count and total length) | {same} |",
+            "",
+            "## PostgreSQL write unavailability",
+            "",
+            "failoverDelay 5 s; a writer inserts through the Service every 0.1 s.",
+            "",
+            "| primary change | trials | median s | max s | min s |",
+            "|---|---|---|---|---|",
+        ]
+        kinds = (
+            ("failover", "failover: primary's Pod deleted"),
+            ("stop", "failover: PostgreSQL stopped in the primary (`pg_ctl stop -m immediate`)"),
+            ("switchover", "switchover on request"),
+        )
+        for key, what in kinds:
+            if result.get(key):
+                lines.append(f"| {what} | {len(result[key])} | {stats(result[key])} |")
+        lines += [
+            "",
+            "Per trial: "
+            + "; ".join(
+                f"{key} {', '.join(f'{x:.2f}' for x in result[key])} s" for key, _ in kinds if result.get(key)
+            )
+            + ".",
+            "",
+            "The window runs from the writer's last acknowledged write before its first failure to its",
+            "first acknowledged write after. A failover's holds `failoverDelay` (5 s, counted from the",
+            "Pod's deletion or the first stop; the old primary may still acknowledge writes while it shuts",
+            "down, so a window can be a little shorter), the fence and the new primary seeing its label; a",
+            "switchover's, the old primary stopping and the new one seeing its label (downward API) before",
+            "`pg_ctl promote`. A stop is repeated three times 2 s apart (the kubelet restarts the container",
+            "at once, and an instance down for less than `failoverDelay` is waited for, not replaced).",
+        ]
+    if {"etcd_load", "etcd_snapshot", "etcd_restore"} <= set(result):
+        keys, db, loaded = result["etcd_load"]
+        job_s, took, size, status = result["etcd_snapshot"]
+        ready, rjob_s, restored, expected = result["etcd_restore"]
+        lines += [
+            "",
+            "## etcd snapshot and restore (3 real members)",
+            "",
+            "| what | value |",
+            "|---|---|",
+            f"| keyspace | {keys} keys of 64 KiB random text, db {db / 1e6:.0f} MB "
+            f"(`endpoint status` dbSize), loaded in {loaded:.0f} s (one `etcdctl put` a key) |",
+            f"| snapshot Job (`etcdctl snapshot save` through the client Service), start → completion | "
+            f"{job_s:.0f} s (etcdctl's own fetch: {took}) |",
+            f"| snapshot file on the backup volume | {size / 1e6:.1f} MB |",
+            f"| `etcdutl snapshot status` | valid: revision {status['revision']}, {status['totalKey']} keys, "
+            f"{status['totalSize'] / 1e6:.1f} MB |",
+            f"| restore Job (`etcdutl snapshot restore` for each member's volume) | {rjob_s:.0f} s |",
+            f"| recovery time: restored cluster applied → all 3 members Ready | {ready:.0f} s |",
+            f"| keys in the restored cluster | {restored} of {expected} |",
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--failovers", type=int, default=5)
+    parser.add_argument("--stops", type=int, default=5)
     parser.add_argument("--switchovers", type=int, default=5)
+    parser.add_argument("--etcd-mb", type=int, default=80)
+    parser.add_argument("--parts", default="postgres,etcd", help="comma-separated: postgres, etcd")
     parser.add_argument("--report", type=Path, default=REPO / "bench/results/day2-real.md")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     result: dict[str, Any] = {}
+    failed = []
     with bench_session("day2-real", real_node=True) as res:
-        name = "big"
-        res.apply(real_pg(name, replicas=3, failoverDelay="5s", storage="2Gi", backup={"storage": "2Gi"}))
-        res.wait_condition(PG, name, "Ready", timeout=600)
-        eventually(lambda: day2(res, name).get("currentPrimary") == f"{name}-0", timeout=120)
-        began = time.time()
-        rows, size = load(res, f"{name}-0", args.size_mb)
-        print(f"loaded {rows} rows, {size / 1e6:.0f} MB in {time.time() - began:.0f}s", flush=True)
-        checksum = sql(res, f"{name}-0", "SELECT count(*) || ' ' || sum(length(v)) FROM t", timeout=300)
-
-        res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "helm-operator.io/action=backup-now")
-        backup = eventually(
-            lambda: next(
-                (b for b in day2(res, name).get("backups", []) if b.get("phase") == "Succeeded"), None
-            ),
-            timeout=900,
-            interval=1,
-        )
-        dump = files_on(res, f"{name}-backups", "ls-bench")[f"{backup['name']}.sql.gz"]
-        result["backup"] = (seconds(backup["startTime"], backup["completionTime"]), dump)
-        print(f"backup: {result['backup'][0]:.0f}s, {dump / 1e6:.1f} MB compressed", flush=True)
-
-        applied = time.time()
-        res.apply(real_pg("restored", storage="2Gi", restore={"fromBackup": backup["name"]}))
-        res.wait_condition(PG, "restored", "Ready", timeout=1200)
-        ready = time.time() - applied
-        restore = day2(res, "restored").get("restore") or {}
-        job = (
-            seconds(restore["startTime"], restore["completionTime"]) if restore.get("completionTime") else 0.0
-        )
-        same = (
-            sql(res, "restored-0", "SELECT count(*) || ' ' || sum(length(v)) FROM t", timeout=300) == checksum
-        )
-        result["restore"] = (ready, job, same)
-        print(
-            f"restore: Ready {ready:.0f}s after apply, its Job {job:.0f}s, rows the same: {same}", flush=True
-        )
-        res.delete(PG, "restored", wait=False)
-
-        sql(res, f"{name}-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
-        _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
-        eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 20, timeout=60)
-        result["failover"] = windows(res, name, args.failovers, "failover")
-        result["switchover"] = windows(res, name, args.switchovers, "switchover")
-
-    backup_s, dump = result["backup"]
-    ready, job, same = result["restore"]
-    lines = [
-        "# Day-2 on the real node",
-        "",
-        f"Measured {time.strftime('%Y-%m-%d')} on this machine: {os.cpu_count()} cores, Debian 12, "
-        "cgroup v1, containerd 1.6.20, kubelet v1.36.3 beside KWOK's fake nodes, PostgreSQL 15.18 "
-        "(Debian's), the hostPath provisioner on the machine's disk, helm v4. "
-        f"`python -m bench.day2_real --size-mb {args.size_mb} --failovers {args.failovers} "
-        f"--switchovers {args.switchovers}`. One run; every number is one measurement unless a count "
-        "is given.",
-        "",
-        "## Backup and restore",
-        "",
-        "| what | value |",
-        "|---|---|",
-        f"| database | {rows} rows, {size / 1e6:.0f} MB (`pg_database_size`) |",
-        f"| backup (`pg_dump` Job, record start → completion) | {backup_s:.0f} s |",
-        f"| dump on the backup volume (gzip) | {dump / 1e6:.1f} MB |",
-        f"| restore Job (initdb + `psql` of the dump) | {job:.0f} s |",
-        f"| recovery time: restored cluster applied → Ready | {ready:.0f} s |",
-        f"| restored rows equal (count and total length) | {same} |",
-        "",
-        "## Write unavailability (failoverDelay 5 s; a writer through the Service every 0.1 s)",
-        "",
-        "| primary change | trials | median s | max s | min s |",
-        "|---|---|---|---|---|",
-        f"| failover: primary's Pod deleted | {len(result['failover'])} | {stats(result['failover'])} |",
-        f"| switchover on request | {len(result['switchover'])} | {stats(result['switchover'])} |",
-        "",
-        "The window runs from the writer's last acknowledged write before its first failure to its",
-        "first acknowledged write after. A failover's holds `failoverDelay` (5 s, counted from the",
-        "Pod's deletion; the old primary may still acknowledge writes while it shuts down, so a window",
-        "can be a little shorter), the fence and the new primary seeing its label; a switchover's, the",
-        "old primary stopping and the new one seeing its label (downward API) before `pg_ctl promote`.",
-    ]
-    report = "\n".join(lines) + "\n"
-    args.report.write_text(report)
-    print(report)
-    return 0
+        for part, measure in (("postgres", postgres), ("etcd", etcd_part)):
+            if part in parts:
+                try:
+                    measure(res, args, result)
+                except Exception as exc:  # the other part's numbers are still worth the report
+                    failed.append(f"{part}: {type(exc).__name__}: {exc}")
+                    print(f"{part} failed: {exc}", file=sys.stderr, flush=True)
+    text = report(args, result)
+    if failed:
+        text += "\n## Failed parts\n\n" + "\n".join(f"- {f}" for f in failed) + "\n"
+    args.report.write_text(text)
+    print(text)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
