@@ -402,7 +402,7 @@ def verify_job(ctx: Context, name: str, record: Mapping[str, Any]) -> dict[str, 
         "etcd",
         _image(ctx),
         [
-            "/usr/local/bin/etcd",
+            "etcd",
             "--name=verify",
             f"--data-dir={SCRATCH_DATA}",
             f"--listen-client-urls={LOCAL}:2379",

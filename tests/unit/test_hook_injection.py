@@ -36,7 +36,9 @@ from helm_operator.hooks.testing import Harness, complete_jobs, expand, process
 ROOT = Path(__file__).resolve().parents[2]
 T0 = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
 SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
-TOOLS = "aws etcdctl etcdutl pg_dump gzip gunzip psql gosu initdb pg_ctl createdb rm mkdir chown chmod"
+TOOLS = (
+    "aws etcd etcdctl etcdutl pg_dump gzip gunzip psql gosu initdb pg_ctl createdb rm mkdir chown chmod grep"
+)
 STUB = """#!/bin/sh
 { printf 'CALL\\0'; printf '%s\\0' "${0##*/}" "$@"; printf 'ENV\\0'; /usr/bin/env -0; printf 'END\\0'
 } > "$STUB_LOG.$$"
@@ -152,8 +154,8 @@ async def _drive(h: Harness, runs: list[dict[str, Any]]) -> None:
 
 
 def etcd_jobs(payload: str) -> list[dict[str, Any]]:
-    """Every Job the EtcdCluster hooks create: snapshots (S3 and volume), prunes, restores from
-    s3://, pvc:// and by a backup's name."""
+    """Every Job the EtcdCluster hooks create: snapshots (S3 and volume), prunes, verifications,
+    restores from s3://, pvc:// and by a backup's name."""
     hooks = load("hooks/etcdcluster.py", ROOT)
     api, snapshot = "etcd.database.coreos.com/v1beta2", {"kind": "schedule", "name": "snapshot"}
     install = {"kind": "before", "stage": "install"}
@@ -165,13 +167,13 @@ def etcd_jobs(payload: str) -> list[dict[str, Any]]:
     ]:
         other = _other("EtcdCluster", api, payload, f"s3://obkt{payload}/o{payload}.db")
         h = Harness(hooks, _etcd(payload, s3=s3, restore=restore), objects=[other], on_create=keep(found))
-        asyncio.run(_drive(h, [snapshot, snapshot, install]))
+        asyncio.run(_drive(h, [snapshot, snapshot, {"kind": "action", "name": "verify-backup"}, install]))
     return found
 
 
 def pg_jobs(payload: str) -> list[dict[str, Any]]:
     """Every Job the PostgreSQLCluster hooks create: scheduled, on-demand and final backups,
-    prunes, restores from pvc:// and by a backup's name; a switchover creates none."""
+    prunes, verifications, restores from pvc:// and by a backup's name; a switchover creates none."""
     hooks = load("hooks/postgresqlcluster.py", ROOT)
     found: list[dict[str, Any]] = []
     for restore in [f"pvc://claim{payload}/dump{payload}.sql.gz", f"snap{payload}"]:
@@ -181,6 +183,7 @@ def pg_jobs(payload: str) -> list[dict[str, Any]]:
             {"kind": "schedule", "name": "backup"},
             {"kind": "action", "name": "backup-now", "argument": payload},
             {"kind": "action", "name": "switchover", "argument": payload},
+            {"kind": "action", "name": "verify-backup"},
             {"kind": "before", "stage": "uninstall"},
             {"kind": "before", "stage": "install"},
         ]
@@ -272,7 +275,7 @@ def test_payloads_in_every_spec_string_stay_data_in_every_job(sample: str, tmp_p
     for n, payload in enumerate(payloads()):
         found = etcd_jobs(payload) if sample == "etcd" else pg_jobs(payload)
         roles = sorted({j["metadata"]["labels"]["helm-operator.io/day2-role"] for j in found})
-        assert roles == ["backup", "prune", "restore"], roles
+        assert roles == ["backup", "prune", "restore", "verify"], roles
         sandbox = Sandbox(tmp_path / f"run-{n}")
         for job in found:
             for c in containers(job):

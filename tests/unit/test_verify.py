@@ -271,7 +271,7 @@ def test_etcd_verification_restores_serves_and_reads_in_one_pod_where_the_member
     restore, member = pod["initContainers"]
     assert restore["command"][:4] == ["etcdutl", "snapshot", "restore", "/snapshots/e-snapshot-1.db"]
     assert "--data-dir=/scratch/verify.etcd" in restore["command"]
-    assert member["restartPolicy"] == "Always" and member["command"][0] == "/usr/local/bin/etcd"
+    assert member["restartPolicy"] == "Always" and member["command"][0] == "etcd"
     assert "--listen-client-urls=http://127.0.0.1:2379" in member["command"]  # the Pod's own loopback
     assert member["startupProbe"]["exec"]["command"][-2:] == ["endpoint", "health"]
     (check,) = pod["containers"]

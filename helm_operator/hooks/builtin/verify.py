@@ -160,6 +160,7 @@ class Sidecar:
         out["startupProbe"] = {
             "exec": {"command": list(self.ready)},
             "periodSeconds": 1,
+            "timeoutSeconds": 5,
             "failureThreshold": self.ready_within,
         }
         return out
