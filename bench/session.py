@@ -14,8 +14,11 @@ import yaml
 
 from helm_operator.dev import images
 from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 from tests.e2e.operator import REPO, OperatorProcess, Resources, shipped_watches
+
+REAL_NODE_WAIT = 3600.0  # seconds
 
 
 @contextmanager
@@ -24,13 +27,15 @@ def bench_session(name: str, *, real_node: bool = False) -> Iterator[Resources]:
     afterwards. ``real_node``: a started cluster gets the real node, with every image."""
     tools = Toolchain.discover()
     reuse = os.environ.get("HELM_OPERATOR_KUBECONFIG")
-    cluster = (
-        DevCluster.attach(reuse, tools=tools)
-        if reuse
-        else DevCluster(
-            tools=tools, nodes=4, real_node=real_node, images=lambda: images.archives().values()
-        ).start()
-    )
+    cluster = DevCluster.attach(reuse, tools=tools) if reuse else DevCluster(tools=tools, nodes=4).start()
+    if real_node and not reuse:
+        # One real node per machine: another run's is waited for (it releases it when it ends).
+        cluster.real_node = RealNode(cluster.root, cluster.kubeconfig, tools)
+        try:
+            cluster.real_node.start(lambda: images.archives().values(), lock_wait=REAL_NODE_WAIT)
+        except BaseException:
+            cluster.stop()
+            raise
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-bench-"))
     ns = f"bench-{os.urandom(3).hex()}"
     try:
