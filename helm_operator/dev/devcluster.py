@@ -13,6 +13,7 @@ run killed with SIGKILL cannot clean up after itself, the next one does).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -32,6 +33,37 @@ log = logging.getLogger(__name__)
 
 OWNER_FILE = "owner.pid"
 SERVICE_RANGE = "10.96.0.0/16"  # room for every Service a benchmark at N = 1000 (and more) creates
+
+
+HOSTPATH_PV = Path("/tmp/hostpath_pv")  # where the in-tree hostPath provisioner makes volumes
+
+
+def provisioned(volumes: Iterable[dict[str, object]]) -> list[Path]:
+    """The provisioner's folders among PersistentVolumes (only those: a hand-made hostPath PV
+    may point anywhere)."""
+    found = []
+    for pv in volumes:
+        spec = pv.get("spec")
+        host = spec.get("hostPath") if isinstance(spec, dict) else None
+        path = Path(str(host.get("path"))) if isinstance(host, dict) else None
+        if path is not None and path.parent == HOSTPATH_PV and path.name not in ("", ".", ".."):
+            found.append(path)
+    return found
+
+
+def kwokctl_config() -> str:
+    """kwokctl's configuration: the API server's certificate also names the ``kubernetes``
+    Service's IP (the range's first address), which in-cluster clients use by default (kwokctl
+    names the Service's DNS names and this machine's addresses only)."""
+    service_ip = str(ipaddress.ip_network(SERVICE_RANGE)[1])
+    return json.dumps(
+        {
+            "kind": "KwokctlConfiguration",
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "options": {"kubeApiserverCertSANs": [service_ip]},
+        }
+    )
+
 
 # The default StorageClass: dynamic hostPath volumes from kube-controller-manager, so charts with
 # PersistentVolumeClaims (StatefulSets) bind and their Pods schedule as on a real cluster.
@@ -105,10 +137,14 @@ class DevCluster:
         self.root.mkdir(parents=True)
         (self.root / OWNER_FILE).write_text(str(os.getpid()))
         started = time.monotonic()
+        config = self.root / "kwokctl.yaml"
+        config.write_text(kwokctl_config())
         try:
             self._kwokctl(
                 "create",
                 "cluster",
+                "--config",
+                str(config),
                 "--runtime",
                 "binary",
                 "--kube-apiserver-binary",
@@ -176,10 +212,23 @@ class DevCluster:
             return
         if self.real_node is not None or (self.root / "node").exists():
             (self.real_node or RealNode(self.root, self.kubeconfig, self.tools)).stop()
+        volumes = self._provisioned_dirs()
         with contextlib.suppress(Exception):
             self._kwokctl("delete", "cluster", timeout=60, check=False)
         kill_all(pids_referencing(self.root))
+        for path in volumes:
+            shutil.rmtree(path, ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _provisioned_dirs(self) -> list[Path]:
+        """The folders the hostPath provisioner made for this cluster's volumes (it shares one
+        parent with every other local cluster, and nothing deletes them once the cluster is gone)."""
+        try:
+            out = self.kubectl("get", "pv", "-o", "json", check=False, timeout=15).stdout
+            items = (json.loads(out) if out else {}).get("items") or []
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            return []
+        return provisioned(items)
 
     def __enter__(self) -> DevCluster:
         return self.start()

@@ -12,13 +12,21 @@ from pathlib import Path
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether the process runs: a zombie (exited, not yet reaped by its parent) does not, though
+    signal 0 still reaches it — a test runner killed under its parent would otherwise keep its
+    clusters from ever being reaped."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # "pid (comm) state …": comm may hold spaces and parentheses; the state follows the last ")".
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def pids_referencing(path: Path | str) -> list[int]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import tomllib
 from pathlib import Path
 
 import yaml
 
 from helm_operator.dev import nodeconfig
+from helm_operator.dev.devcluster import SERVICE_RANGE, kwokctl_config, provisioned
 from helm_operator.dev.nodeconfig import NodeNetwork, NodePaths
 
 PATHS = NodePaths(Path("/c/ho-1/node"))
@@ -89,3 +91,22 @@ def test_kube_proxy_leaves_the_hosts_conntrack_settings_alone() -> None:
     )
     assert config["mode"] == "iptables" and config["hostnameOverride"] == nodeconfig.NODE_NAME
     assert config["conntrack"]["maxPerCore"] == 0 and config["conntrack"]["min"] == 0
+
+
+def test_the_api_servers_certificate_names_the_kubernetes_services_ip() -> None:
+    """In-cluster clients reach the API server at the range's first address and check its name."""
+    config = json.loads(kwokctl_config())
+    assert config["kind"] == "KwokctlConfiguration"
+    assert SERVICE_RANGE == "10.96.0.0/16" and config["options"]["kubeApiserverCertSANs"] == ["10.96.0.1"]
+
+
+def test_only_the_provisioners_folders_are_removed_with_the_cluster() -> None:
+    volumes = [
+        {"spec": {"hostPath": {"path": "/tmp/hostpath_pv/8c1e"}}},
+        {"spec": {"hostPath": {"path": "/srv/data"}}},  # made by hand: not ours to remove
+        {"spec": {"hostPath": {"path": "/tmp/hostpath_pv"}}},
+        {"spec": {"local": {"path": "/tmp/hostpath_pv/x"}}},
+        {"spec": {"hostPath": {"path": "/tmp/hostpath_pv/../etc"}}},
+        {},
+    ]
+    assert provisioned(volumes) == [Path("/tmp/hostpath_pv/8c1e")]
