@@ -140,7 +140,19 @@ def cmd_dev_up(args: argparse.Namespace) -> int:
 
 
 def cmd_dev_demo(args: argparse.Namespace) -> int:
-    """The main job on a laptop: cluster, CRDs, the operator on watches.yaml, the samples Ready."""
+    """The main job on a laptop: cluster, CRDs, the operator on watches.yaml, the samples Ready
+    (``--real``: the PostgreSQL sample's day-2 on the real node instead, ``dev/demo_real.py``)."""
+    if args.real:
+        from helm_operator.dev import demo_real
+
+        return demo_real.run(
+            name=args.name,
+            nodes=args.nodes,
+            watches_file=Path(args.watches_file),
+            namespace=args.namespace,
+            rows=args.rows,
+            archives=_real_node_images,
+        )
     import subprocess
     import tempfile
 
@@ -319,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
             p.add_argument("--watches-file", default="watches.yaml")
             p.add_argument("--namespace", default="demo", help="where the samples are applied")
+            p.add_argument(
+                "--real",
+                action="store_true",
+                help="on the real node: a PostgreSQLCluster's rows, backup, failover, restore, step by step",
+            )
+            p.add_argument("--rows", type=int, default=10_000, help="--real: rows written before the backup")
     reap = dev_sub.add_parser("reap", help="remove clusters whose owning process died")
     reap.set_defaults(func=cmd_dev_reap)
 
