@@ -2,11 +2,11 @@
 
 ``kubectl apply -f crds/`` and ``kubectl apply -f config/`` as committed, then the one patch a user
 of this local cluster applies (the README's "The image"): the image's name (the one
-``tools/bootstrap images`` builds from the Dockerfile and the real node has imported), the API
-server by the `kubernetes` Service's DNS name (this cluster's certificate does not name the
-Service's IP) and, for this test, the Pods' placement on the real node (KWOK's fake nodes run no
-process). Both replicas then run the image: Ready through their probes, as uid 65532 on a read-only
-root filesystem, logged in with their ServiceAccount's token, one of them leading. A sample
+``tools/bootstrap images`` builds from the Dockerfile and the real node has imported) and, for this
+test, the Pods' placement on the real node (KWOK's fake nodes run no process). The in-cluster
+configuration is the default one (the `kubernetes` Service's IP, which the local API server's
+certificate names). Both replicas then run the image: Ready through their probes, as uid 65532 on
+a read-only root filesystem, logged in with their ServiceAccount's token, one of them leading. A sample
 resource in another namespace becomes Ready through them; deleting the leader's Pod hands the Lease
 to the other replica, which reconciles the next change.
 """
@@ -41,20 +41,14 @@ SELECTOR = ",".join(f"{k}={v}" for k, v in DEPLOYMENT["spec"]["selector"]["match
 SERVICE_ACCOUNT = DEPLOYMENT["spec"]["template"]["spec"]["serviceAccountName"]
 LEASE = "helm-operator"  # --leader-election-id's default; the Lease lives in the Pod's namespace
 
-# What this local cluster asks of a user (a strategic merge patch: containers and env by name).
+# What this local cluster asks of a user (a strategic merge patch: the container by name). The
+# in-cluster configuration is the default one: the API server by the kubernetes Service's IP.
 IMAGE = images.OPERATOR
-API_HOST = {"name": "KUBERNETES_SERVICE_HOST", "value": "kubernetes.default.svc"}
 PLACEMENT = {
     "nodeSelector": {LABEL: "true"},
     "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
 }
-PATCH = {
-    "spec": {
-        "template": {
-            "spec": {"containers": [{"name": "operator", "image": IMAGE, "env": [API_HOST]}], **PLACEMENT}
-        }
-    }
-}
+PATCH = {"spec": {"template": {"spec": {"containers": [{"name": "operator", "image": IMAGE}], **PLACEMENT}}}}
 
 
 def _json(cluster: DevCluster, *args: str) -> Any:
@@ -155,19 +149,15 @@ def holds(live: Any, committed: Any) -> bool:
     return bool(live == committed)
 
 
-def test_the_patch_changes_only_the_image_the_api_host_and_the_placement(
-    cluster: DevCluster, deployed: list[str]
-) -> None:
+def test_the_patch_changes_only_the_image_and_the_placement(cluster: DevCluster, deployed: list[str]) -> None:
     live = _json(cluster, "get", "deployment", "-n", NS, NAME)["spec"]["template"]["spec"]
     committed = DEPLOYMENT["spec"]["template"]["spec"]
     (container,) = live["containers"]
     (before,) = committed["containers"]
     assert container["image"] == IMAGE
-    env = {e["name"]: e for e in container["env"]}
-    assert env.pop(API_HOST["name"]) == API_HOST
-    assert holds(list(env.values()), before["env"])
+    assert not any(e["name"] == "KUBERNETES_SERVICE_HOST" for e in container.get("env") or ())
     assert {k: live[k] for k in PLACEMENT} == PLACEMENT
-    unchanged = {k: v for k, v in before.items() if k not in ("image", "env")}
+    unchanged = {k: v for k, v in before.items() if k != "image"}
     assert holds(container, unchanged)
     assert holds(live, {k: v for k, v in committed.items() if k != "containers"})
 
