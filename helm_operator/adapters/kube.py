@@ -185,14 +185,18 @@ class Kube:
         items: Any = self.core.list_namespace().items
         return [str(n.metadata.name) for n in items if n.metadata.deletion_timestamp]
 
-    def list_custom(self, api_version: str, plural: str, namespace: str | None) -> list[dict[str, Any]]:
-        """Every custom resource of a kind, in one namespace or (None) in all."""
+    def list_custom(
+        self, api_version: str, plural: str, namespace: str | None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every custom resource of a kind (that ``label_selector`` selects), in one namespace or
+        (None) in all."""
         group, _, version = api_version.rpartition("/")
         api = client.CustomObjectsApi(self.api)
+        selected: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         if namespace:
-            listing: Any = api.list_namespaced_custom_object(group, version, namespace, plural)
+            listing: Any = api.list_namespaced_custom_object(group, version, namespace, plural, **selected)
         else:
-            listing = api.list_cluster_custom_object(group, version, plural)
+            listing = api.list_cluster_custom_object(group, version, plural, **selected)
         items: list[dict[str, Any]] = listing["items"]
         return items
 

@@ -136,6 +136,32 @@ def expand_env(value: Any, env: Mapping[str, str], where: str = "") -> Any:
     return value
 
 
+_LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _label_value_problem(value: str) -> str | None:
+    """What makes this not a label value (the API server would refuse the selector), or None."""
+    if len(value) > 63 or not _LABEL_NAME.fullmatch(value):
+        return (
+            f"{value!r} is not a label value (at most 63 characters: a-z, A-Z, 0-9, '-', '_', '.', "
+            "beginning and ending with a letter or digit)"
+        )
+    return None
+
+
+def _label_key_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        return (
+            f"{key!r} is not a label name (an optional DNS prefix and '/', then up to 63 of "
+            "a-z, A-Z, 0-9, '-', '_', '.')"
+        )
+    if "/" in key and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return f"{key!r}: the prefix {prefix!r} is not a DNS subdomain"
+    return None
+
+
 def _validate_selector(sel: Any) -> str | None:
     """Return what is wrong with a label selector, or None."""
     if not isinstance(sel, Mapping):
@@ -148,6 +174,10 @@ def _validate_selector(sel: Any) -> str | None:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         return "matchLabels: expected a mapping of label names to string values"
+    for k, v in labels.items():
+        problem = _label_key_problem(k) or _label_value_problem(v)
+        if problem:
+            return f"matchLabels.{k}: {problem}"
     exprs = sel.get("matchExpressions", [])
     if not isinstance(exprs, list):
         return "matchExpressions: expected a list"
@@ -162,6 +192,13 @@ def _validate_selector(sel: Any) -> str | None:
         values = e.get("values", [])
         if op in ("In", "NotIn") and (not isinstance(values, list) or not values):
             return f"matchExpressions[{i}].values: operator {op} needs a non-empty list of values"
+        problem = _label_key_problem(e["key"])
+        if problem:
+            return f"matchExpressions[{i}].key: {problem}"
+        for j, v in enumerate(values if isinstance(values, list) else ()):
+            problem = _label_value_problem(v) if isinstance(v, str) else "expected a string"
+            if problem:
+                return f"matchExpressions[{i}].values[{j}]: {problem}"
         if op in ("Exists", "DoesNotExist") and values:
             return f"matchExpressions[{i}].values: operator {op} takes no values"
     return None
@@ -378,6 +415,21 @@ def load_watches(path: str | Path, env: Mapping[str, str] | None = None) -> list
         seen[gvk] = index
         watches.append(watch)
     return watches
+
+
+def selector_query(selector: Mapping[str, Any]) -> str:
+    """A (validated) label selector in the API's query syntax (``labelSelector=``), so the API
+    server, not the operator, leaves out what it does not select; same meaning as
+    :func:`selector_matches`."""
+    terms = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], ",".join(sorted(e.get("values") or ()))
+        terms.append(
+            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(
+                op, f"!{key}"
+            )
+        )
+    return ",".join(terms)
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

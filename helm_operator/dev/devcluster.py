@@ -65,6 +65,23 @@ def kwokctl_config() -> str:
     )
 
 
+# Who lists and watches what, with which selectors (the request's URI), for everyone but the
+# cluster's own components: how a test sees what reached the API server, not what a client did
+# with it. A watch is recorded when it starts and when it ends.
+AUDIT_POLICY = """
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  userGroups: [system:nodes]
+- level: None
+  users: [system:kube-controller-manager, system:kube-scheduler, system:apiserver, system:kube-proxy]
+- level: Metadata
+  verbs: [list, watch]
+- level: None
+"""
+
 # The default StorageClass: dynamic hostPath volumes from kube-controller-manager, so charts with
 # PersistentVolumeClaims (StatefulSets) bind and their Pods schedule as on a real cluster.
 STORAGE_CLASS = """
@@ -139,12 +156,16 @@ class DevCluster:
         started = time.monotonic()
         config = self.root / "kwokctl.yaml"
         config.write_text(kwokctl_config())
+        audit = self.root / "audit-policy.yaml"
+        audit.write_text(AUDIT_POLICY)
         try:
             self._kwokctl(
                 "create",
                 "cluster",
                 "--config",
                 str(config),
+                "--kube-audit-policy",
+                str(audit),
                 "--runtime",
                 "binary",
                 "--kube-apiserver-binary",
@@ -239,6 +260,15 @@ class DevCluster:
         self.stop()
 
     # -- helpers -----------------------------------------------------------------------------
+    def audited(self) -> list[dict[str, object]]:
+        """The API server's audit records so far: the list and watch requests of clients."""
+        found = []
+        for path in self.root.glob("kwok/clusters/*/logs/audit.log"):
+            for line in path.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    found.append(json.loads(line))
+        return found
+
     @property
     def env(self) -> dict[str, str]:
         """Environment for tools pointed at this cluster (kubectl, helm)."""

@@ -36,7 +36,7 @@ from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
-from helm_operator.config.watches import Watch, resolve, selector_matches
+from helm_operator.config.watches import Watch, resolve, selector_matches, selector_query
 from helm_operator.core.lease import Gate, open_gate
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
@@ -257,7 +257,7 @@ class App:
 
         @kopf.on.startup(registry=registry)
         async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-            configure(settings)
+            configure(settings, watches)
             loop = asyncio.get_running_loop()
             # Every blocking kubernetes-client call runs in a thread. asyncio's default pool has
             # nproc+4 threads: on a small node that, not helm, capped how many reconciles progressed.
@@ -316,7 +316,8 @@ class App:
         for watch in watches:
             namespaced = patterns and not globbed and watch.scope == "Namespaced"
             for ns in list(patterns) if namespaced else [None]:
-                for item in self.kube.list_custom(watch.api_version, watch.served_plural, ns):
+                selected = selector_query(watch.selector) if watch.selector else None
+                for item in self.kube.list_custom(watch.api_version, watch.served_plural, ns, selected):
                     meta = item["metadata"]
                     if meta.get("deletionTimestamp") and FINALIZER not in (meta.get("finalizers") or []):
                         continue  # going away without us: kopf calls no handler for it

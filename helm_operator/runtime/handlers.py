@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.adapters.metrics import RECONCILE_DURATION, RECONCILES, RESYNCS, ReleaseStates
-from helm_operator.config.watches import Watch, selector_matches
+from helm_operator.config.watches import Watch, selector_matches, selector_query
 from helm_operator.core.naming import FINALIZER
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.scheduler import DriftScheduler
@@ -115,14 +115,20 @@ class OutageLogFilter(logging.Filter):
         return True
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
-    """Operator-wide kopf settings: our finalizer, digest-only diff base, quiet Events."""
+def configure(settings: kopf.OperatorSettings, watches: Sequence[Watch] = ()) -> None:
+    """Operator-wide kopf settings: our finalizer, digest-only diff base, quiet Events, and each
+    watch's ``selector`` sent to the API server (kopf lists and watches only what it selects: the
+    others never reach this process)."""
+    for watch in watches:
+        if watch.selector:
+            key = (watch.group, watch.version, watch.served_plural)
+            settings.watching.label_selectors[key] = selector_query(watch.selector)
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = DigestDiffBase()
     settings.posting.level = 100  # our handlers post their own, precise Events (never kopf's)
     settings.watching.server_timeout = 300
-    settings.batching.error_delays = [1, 2, 5, 10, 30]
+    settings.queueing.error_delays = [1, 2, 5, 10, 30]
     # Reconnect attempts while the API server is away: about 10 minutes before kopf gives up.
     settings.networking.error_backoffs = [1, 2, 4, 8, 15, 30, 60, 60, 60, 60, 60, 60, 60, 60, 60]
 

@@ -12,6 +12,7 @@ from helm_operator.config.watches import (
     parse_duration,
     resolve,
     selector_matches,
+    selector_query,
 )
 
 
@@ -188,3 +189,42 @@ def test_selector_matches() -> None:
     assert not selector_matches(sel, {"a": "1", "b": "x", "c": ""})
     assert not selector_matches(sel, {"b": "x"})
     assert selector_matches({}, {})
+
+
+def test_a_selector_goes_to_the_api_server_with_the_same_meaning() -> None:
+    sel = {
+        "matchLabels": {"tier": "web", "app.kubernetes.io/part-of": "shop"},
+        "matchExpressions": [
+            {"key": "env", "operator": "In", "values": ["prod", "dev"]},
+            {"key": "canary", "operator": "NotIn", "values": ["true"]},
+            {"key": "team", "operator": "Exists"},
+            {"key": "legacy", "operator": "DoesNotExist"},
+        ],
+    }
+    assert selector_query(sel) == (
+        "app.kubernetes.io/part-of=shop,tier=web,env in (dev,prod),canary notin (true),team,!legacy"
+    )
+    assert selector_query({}) == ""
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ("{matchLabels: {tier: 'a,b'}}", r"matchLabels.tier: 'a,b' is not a label value"),
+        ("{matchLabels: {'bad key': x}}", r"'bad key' is not a label name"),
+        ("{matchLabels: {'Ex_ample.com/x': y}}", r"the prefix 'Ex_ample.com' is not a DNS subdomain"),
+        (
+            "{matchExpressions: [{key: env, operator: In, values: [prod, 'de v']}]}",
+            r"matchExpressions\[0\].values\[1\]: 'de v' is not a label value",
+        ),
+    ],
+)
+def test_a_selector_the_api_server_would_refuse_is_a_config_error(
+    tmp_path: Path, chart_dir: Path, selector: str, message: str
+) -> None:
+    path = write(
+        tmp_path,
+        f"- {{group: g.example.com, version: v1, kind: App, chart: charts/app, selector: {selector}}}\n",
+    )
+    with pytest.raises(WatchesError, match=message):
+        load_watches(path)
