@@ -76,8 +76,9 @@ bench-drift: venv tools
 bench-day2: venv tools
 	$(BIN)/python -m bench.day2 $(ARGS)
 
-# Day-2 on the real node: backup and restore of ≥100 MB, failover and switchover windows
-# (bench/results/day2-real.md; about 10 minutes).
+# Day-2 on the real node: PostgreSQL backup and restore of ≥100 MB, failover (Pod deleted,
+# PostgreSQL stopped) and switchover windows; etcd snapshot and restore of ~100 MB
+# (bench/results/day2-real.md; about 20 minutes, after waiting for another run's real node).
 bench-day2-real: venv tools
 	$(BIN)/python -m bench.day2_real $(ARGS)
 
