@@ -14,6 +14,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -409,6 +410,24 @@ class NodeStart:
         ]
 
 
+@contextmanager
+def heartbeat(phases: NodeStart, say: Callable[[str], None], every: float = 30.0) -> Iterator[None]:
+    """A line every ``every`` seconds while another run holds the machine's real node."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every) and phases.locked is None:
+            say(f"still waiting for the machine's real node ({time.monotonic() - phases.began:.0f} s)")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 class Steps:
     """Prints each step's heading, evidence and time; a step's error becomes a :class:`StepFailed`
     naming the step."""
@@ -463,7 +482,8 @@ def run(
             node = RealNode(cluster.root, cluster.kubeconfig, cluster.tools)
             cluster.real_node = node
             phases = NodeStart(time.monotonic(), archives)
-            node.start(phases.images, lock_wait=LOCK_WAIT)
+            with heartbeat(phases, say):
+                node.start(phases.images, lock_wait=LOCK_WAIT)
             for line in phases.lines(time.monotonic()):
                 say(line)
             nodes_out = cluster.kubectl("get", "nodes", "--no-headers").stdout.splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,18 @@ def test_the_real_nodes_start_is_split_into_waiting_images_and_joining() -> None
     phases.locked = 100.2
     assert phases.lines(190.0)[0] == "the real node was free"
     assert demo_real.NodeStart(0.0, lambda: [Path("a.tar")]).images() == [Path("a.tar")]
+
+
+def test_a_heartbeat_while_another_run_holds_the_real_node_and_none_after() -> None:
+    said: list[str] = []
+    phases = demo_real.NodeStart(0.0, list)
+    with demo_real.heartbeat(phases, said.append, every=0.05):
+        time.sleep(0.18)
+        phases.locked = 1.0
+        time.sleep(0.15)
+    assert 1 <= len(said) <= 4 and all(
+        s.startswith("still waiting for the machine's real node (") for s in said
+    )
+    count = len(said)
+    time.sleep(0.1)
+    assert len(said) == count
