@@ -28,6 +28,7 @@ from helm_operator.hooks.schedule import parse_time, rfc3339
 
 Select = Callable[[Mapping[str, Any]], bool]  # which of the release's Pods are members
 
+TELL_WITHIN = 3.0  # seconds a member has to take its role through exec before its label must do
 CURRENT = "currentPrimary"  # status.day2 keys
 UNREADY_SINCE = "primaryUnreadySince"
 
@@ -79,10 +80,14 @@ async def _label(ctx: Context, pod: str, label: str, value: str, tell: RoleFile 
             return False
         raise TemporaryError(f"could not label Pod {pod}: {exc}", delay=2.0) from exc
     if tell is not None:
+        argv = tell_argv(tell.path, value, number)
         try:
-            await ctx.kube.exec(pod, str(ctx.namespace), tell_argv(tell.path, value, number), tell.container)
-        except ExecFailed as exc:  # not running, or no exec here: it learns from the kubelet's copy
-            ctx.log.info("could not tell %s it is %s at once (%s); it reads its label", pod, value, exc)
+            # Bounded: the API server may take half a minute to give up on a node that is gone,
+            # and the label, not this, is what the member must eventually follow.
+            await asyncio.wait_for(ctx.kube.exec(pod, str(ctx.namespace), argv, tell.container), TELL_WITHIN)
+        except (ExecFailed, TimeoutError) as exc:  # it learns from the kubelet's copy of its labels
+            why = exc if isinstance(exc, ExecFailed) else f"no answer within {TELL_WITHIN:g}s"
+            ctx.log.info("could not tell %s it is %s at once (%s); it reads its label", pod, value, why)
     return True
 
 
