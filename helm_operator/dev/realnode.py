@@ -148,7 +148,6 @@ class RealNode:
         for another cluster's real node to stop (one per machine) instead of failing at once."""
         self.require()
         self._take_machine_lock(lock_wait)
-        started = time.monotonic()
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.paths.logs.mkdir(exist_ok=True)
         self._sysctls_before = {s: sysctl(s) for s in SYSCTLS}
@@ -159,8 +158,12 @@ class RealNode:
         }
         (self.paths.root / STATE_FILE).write_text(json.dumps(state))
         try:
+            # The timeout is the node's own start: a rebuild of an image whose inputs changed (the
+            # operator's, after any code change: about two minutes here) must not use it up.
+            archives = list(images())
+            started = time.monotonic()
             self._network_up()
-            self._containerd_up(images())
+            self._containerd_up(archives)
             self._coredns_up()
             self._kubelet_up()
             self._kube_proxy_up()
