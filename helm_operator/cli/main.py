@@ -110,11 +110,12 @@ def _wait_for_signal() -> None:
         pass
 
 
-def _real_node_images() -> list[Path]:
-    """Every image the real node runs (built once, cached by their inputs), imported at its start."""
+def _real_node_images(refs: Sequence[str] | None = None) -> list[Path]:
+    """The images the real node runs (default: every one; built once, cached by their inputs),
+    imported at its start."""
     from helm_operator.dev import images
 
-    return list(images.archives(progress=lambda line: print(f"images: {line}", flush=True)).values())
+    return list(images.archives(refs, progress=lambda line: print(f"images: {line}", flush=True)).values())
 
 
 def cmd_dev_up(args: argparse.Namespace) -> int:
@@ -151,7 +152,7 @@ def cmd_dev_demo(args: argparse.Namespace) -> int:
             watches_file=Path(args.watches_file),
             namespace=args.namespace,
             rows=args.rows,
-            archives=_real_node_images,
+            archives=lambda: _real_node_images(demo_real.IMAGES),
         )
     import subprocess
     import tempfile

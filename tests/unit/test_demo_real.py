@@ -121,3 +121,15 @@ def test_a_heartbeat_while_another_run_holds_the_real_node_and_none_after() -> N
     count = len(said)
     time.sleep(0.1)
     assert len(said) == count
+
+
+def test_the_node_gets_every_image_the_demo_runs_and_no_other() -> None:
+    from helm_operator.dev.nodeconfig import PAUSE_IMAGE
+
+    spec = demo_real.postgresql_cluster("shop", "pw", replicas=3)["spec"]
+    used = {
+        PAUSE_IMAGE,
+        f"{spec['imageRepository']}:{spec['version']}",
+        demo_real.lister_pod("ls", "c")["spec"]["containers"][0]["image"],
+    }
+    assert set(demo_real.IMAGES) == used
