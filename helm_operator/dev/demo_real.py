@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -470,8 +471,39 @@ def run(
 ) -> int:
     """The whole demo; 0 when every step reached its goal, 1 otherwise (the failed step named)."""
     steps = Steps(plan(rows), out)
-    say, step = steps.say, steps.step
+    with interruptible():
+        return _run(steps, name=name, nodes=nodes, watches_file=watches_file, namespace=namespace,
+                    rows=rows, archives=archives, out=out)  # fmt: skip
 
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP end the demo through its teardown (the real node and the control
+    plane removed). SIGINT is set explicitly: a shell starts a background command with it ignored."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run(
+    steps: Steps,
+    *,
+    name: str | None,
+    nodes: int,
+    watches_file: Path,
+    namespace: str,
+    rows: int,
+    archives: Callable[[], Iterable[Path]],
+    out: TextIO,
+) -> int:
+    say, step = steps.say, steps.step
     cluster = DevCluster(name, nodes=nodes)
     node: RealNode | None = None
     rc = 0

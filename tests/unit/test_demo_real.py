@@ -133,3 +133,20 @@ def test_the_node_gets_every_image_the_demo_runs_and_no_other() -> None:
         demo_real.lister_pod("ls", "c")["spec"]["containers"][0]["image"],
     }
     assert set(demo_real.IMAGES) == used
+
+
+def test_sigterm_and_a_background_sigint_end_the_demo_through_its_teardown() -> None:
+    import os
+    import signal
+
+    before, interrupt = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a background command
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with pytest.raises(KeyboardInterrupt), demo_real.interruptible():
+                os.kill(os.getpid(), sig)
+                time.sleep(1)
+        assert signal.getsignal(signal.SIGTERM) == before
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, interrupt)
