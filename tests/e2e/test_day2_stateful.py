@@ -111,7 +111,8 @@ def test_failover_and_switchover_move_the_primary_and_the_service_follows(
     switched = time.time() - unready
     assert switched >= 5, f"promoted {switched:.1f}s after the primary became unready, before failoverDelay"
     print(f"failover: unready -> Service switched in {switched:.2f}s (failoverDelay 5s)")
-    assert day2(res, name)["currentPrimary"] == "ha-1"
+    # Recorded by the step that moved the label, a moment after the Service saw the label.
+    eventually(lambda: day2(res, name)["currentPrimary"] == "ha-1", timeout=10, what="ha-1 on record")
     failover = [e for e in res.events(name) if e["reason"] == "Failover"]
     assert (
         failover

@@ -276,7 +276,8 @@ def test_sigterm_lets_a_running_upgrade_finish(
 def test_namespace_deleted_while_operator_down_is_released(
     operator: OperatorProcess, cluster: DevCluster, helm4: Helm
 ) -> None:
-    """kopf does not serve namespaces already terminating at start; the start-up sweep does."""
+    """kopf does not serve namespaces already terminating at start (once the namespace controller
+    has written its conditions); the start-up sweep does. Either way the resource is released."""
     ns = f"t-gone-{os.urandom(3).hex()}"
     cluster.kubectl("create", "namespace", ns)
     res = Resources(cluster, ns)
@@ -300,7 +301,12 @@ def test_namespace_deleted_while_operator_down_is_released(
         what="namespace deleted",
     )
     # The namespace controller may have removed the release storage first; either way it is released.
-    assert f"{ns}/orphan in terminating namespace: release orphan" in operator.log()
+    # A namespace listed before the namespace controller wrote its conditions is still served by
+    # kopf, whose deletion handler releases it instead of the sweep.
+    log = operator.log()
+    swept = f"{ns}/orphan in terminating namespace: release orphan" in log
+    handled = f"[Tiny {ns}/orphan] Deletion is processed: 1 succeeded" in log
+    assert swept or handled, log[-3000:]
 
 
 def test_remote_chart_from_a_repository_is_pulled_once(

@@ -63,32 +63,44 @@ def tell_argv(path: str, role: str, number: int) -> list[str]:
     return ["sh", "-c", script, "tell-role", role, str(number), path]
 
 
-async def _label(ctx: Context, pod: str, label: str, value: str, tell: RoleFile | None = None) -> bool:
-    """Set the role label (and tell the member, with ``tell``); False if the Pod is gone."""
+async def _label(ctx: Context, pod: str, label: str, value: str, numbered: bool = False) -> int | None:
+    """Set the role label (``numbered``: with the next generation); the generation set (0 when
+    not numbered), None if the Pod is gone."""
     labels = {label: value}
     number = 0
-    if tell is not None:
+    if numbered:
         found = await ctx.kube.get("v1", "Pod", pod, ctx.namespace)
         if found is None:
-            return False
+            return None
         number = generation(found, label) + 1
         labels[generation_label(label)] = str(number)
     try:
         await ctx.kube.patch("v1", "Pod", pod, ctx.namespace, {"metadata": {"labels": labels}})
     except Exception as exc:
         if getattr(exc, "status", None) == 404:
-            return False
+            return None
         raise TemporaryError(f"could not label Pod {pod}: {exc}", delay=2.0) from exc
-    if tell is not None:
-        argv = tell_argv(tell.path, value, number)
-        try:
-            # Bounded: the API server may take half a minute to give up on a node that is gone,
-            # and the label, not this, is what the member must eventually follow.
-            await asyncio.wait_for(ctx.kube.exec(pod, str(ctx.namespace), argv, tell.container), TELL_WITHIN)
-        except (ExecFailed, TimeoutError) as exc:  # it learns from the kubelet's copy of its labels
-            why = exc if isinstance(exc, ExecFailed) else f"no answer within {TELL_WITHIN:g}s"
-            ctx.log.info("could not tell %s it is %s at once (%s); it reads its label", pod, value, why)
-    return True
+    return number
+
+
+async def _tell(ctx: Context, pod: str, tell: RoleFile, role: str, number: int) -> None:
+    """Tell the member the role its label now has, at once (best effort)."""
+    argv = tell_argv(tell.path, role, number)
+    try:
+        # Bounded: the API server may take half a minute to give up on a node that is gone, and
+        # the label, not this, is what the member must eventually follow.
+        await asyncio.wait_for(ctx.kube.exec(pod, str(ctx.namespace), argv, tell.container), TELL_WITHIN)
+    except (ExecFailed, TimeoutError) as exc:  # it learns from the kubelet's copy of its labels
+        why = exc if isinstance(exc, ExecFailed) else f"no answer within {TELL_WITHIN:g}s"
+        ctx.log.info("could not tell %s it is %s at once (%s); it reads its label", pod, role, why)
+
+
+async def _relabel(ctx: Context, pod: str, label: str, role: str, tell: RoleFile | None) -> bool:
+    """Label and tell at once; False if the Pod is gone."""
+    number = await _label(ctx, pod, label, role, numbered=tell is not None)
+    if number is not None and tell is not None:
+        await _tell(ctx, pod, tell, role, number)
+    return number is not None
 
 
 def _incarnation(pod: Mapping[str, Any] | None) -> tuple[str, int, bool] | None:
@@ -144,18 +156,21 @@ async def apply(
     fenced = fence is not None and election.promote is not None and bool(election.demote)
     running_then = await incarnations(ctx, election.demote) if fenced else {}
     for pod in election.demote:
-        await _label(ctx, pod, label, replica, tell)
+        await _relabel(ctx, pod, label, replica, tell)
     if fence is not None and fenced:
         stuck = await still_running(ctx, running_then, fence)
         if stuck:
             for pod in stuck:
-                await _label(ctx, pod, label, "primary", tell)
+                await _relabel(ctx, pod, label, "primary", tell)
             raise PermanentError(
                 f"{', '.join(stuck)} still running {fence:g}s after losing the primary label: "
                 f"{election.promote} not promoted (never two primaries)"
             )
-    if election.promote is not None and not await _label(ctx, election.promote, label, "primary", tell):
-        raise TemporaryError(f"Pod {election.promote} vanished before it was promoted", delay=1.0)
+    promoted: int | None = None
+    if election.promote is not None:
+        promoted = await _label(ctx, election.promote, label, "primary", numbered=tell is not None)
+        if promoted is None:
+            raise TemporaryError(f"Pod {election.promote} vanished before it was promoted", delay=1.0)
     before = ctx.day2.get(CURRENT)
     if election.primary != before:
         ctx.day2[CURRENT] = election.primary
@@ -173,6 +188,8 @@ async def apply(
     elif before is None and election.primary is not None:
         await ctx.event("PrimaryElected", f"{election.reason}: primary is {election.primary}")
     await ctx.day2.save()
+    if tell is not None and election.promote is not None and promoted is not None:
+        await _tell(ctx, election.promote, tell, "primary", promoted)  # after the record: it names it
 
 
 async def keep_primary(
