@@ -315,10 +315,11 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
             "The window runs from the writer's last acknowledged write before its first failure to its",
             "first acknowledged write after. A failover's holds `failoverDelay` (5 s, counted from the",
             "Pod's deletion or the first stop; the old primary may still acknowledge writes while it shuts",
-            "down, so a window can be a little shorter), the fence and the new primary seeing its label; a",
-            "switchover's, the old primary stopping and the new one seeing its label (downward API) before",
-            "`pg_ctl promote`. A stop is repeated three times 2 s apart (the kubelet restarts the container",
-            "at once, and an instance down for less than `failoverDelay` is waited for, not replaced).",
+            "down, so a window can be a little shorter), the fence and the new primary learning its role; a",
+            "switchover's, the old primary stopping and the new one learning its role (told through exec,",
+            "or its label through the downward API, whichever comes first) before `pg_ctl promote`. A stop",
+            "is repeated three times 2 s apart (the kubelet restarts the container at once, and an instance",
+            "down for less than `failoverDelay` is waited for, not replaced).",
         ]
     if {"etcd_load", "etcd_snapshot", "etcd_restore"} <= set(result):
         keys, db, loaded = result["etcd_load"]
