@@ -2,7 +2,9 @@
 
 The request is acknowledged in ``status.day2.lastAction`` (written before the hook runs, so a
 restart resumes the same run) and the annotation is removed afterwards, unless a new request
-replaced it meanwhile. A request for an action whose ``uses=`` field is invalid waits, and ``Day2``
+replaced it meanwhile; ``lastAction.acknowledged`` then says it was removed, so the same request
+made again (``verify-backup`` next week) is a new one, while one whose removal a restart cut
+short is not run twice. A request for an action whose ``uses=`` field is invalid waits, and ``Day2``
 says why.
 """
 
@@ -71,8 +73,9 @@ class Actions:
             return None
         ref = shared.ref(watch, body)
         last = dict(((body.get("status") or {}).get("day2") or {}).get("lastAction") or {})
-        if last.get("request") == request and last.get("phase") in ("Succeeded", "Failed"):
-            return await self._acknowledge(watch, body, request)
+        finished = last.get("phase") in ("Succeeded", "Failed")
+        if last.get("request") == request and finished and not last.get("acknowledged"):
+            return await self._acknowledge(watch, body, request)  # done; its removal was cut short
         verb, argument = parse_action(request)
         hooks = shared.of(watch)
         hook = hooks.action_for(verb)
@@ -80,7 +83,13 @@ class Actions:
             run_as = str(last.get("name"))
         else:
             run_as = bounded(f"{name}-{verb}", NOW().strftime("%Y%m%d%H%M%S"))
-            last = {"request": request, "name": run_as, "phase": "Running", "startTime": rfc3339(NOW())}
+            last = {
+                "request": request,
+                "name": run_as,
+                "phase": "Running",
+                "startTime": rfc3339(NOW()),
+                "acknowledged": None,  # merge patch: the previous request's flag goes
+            }
             await shared.reporter.status(ref, watch.served_plural, {"day2": {"lastAction": last}})
         if hook is None:
             known = ", ".join(sorted(h.verb for h in hooks.actions)) or "none"
@@ -132,4 +141,6 @@ class Actions:
             if exc.status == 409:  # changed in between: look again
                 return 0.0
             raise
+        done = {"day2": {"lastAction": {"acknowledged": True}}}
+        await self.shared.reporter.status(self.shared.ref(watch, fresh), watch.served_plural, done)
         return None
