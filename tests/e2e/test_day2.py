@@ -107,6 +107,17 @@ def test_backup_now_runs_once_and_is_acknowledged(operator: OperatorProcess, res
     assert last["request"] == "backup-now" and backups(res, name) == [last["name"]]
     assert reasons(res, name).count("ActionSucceeded") == 1
 
+    # The same request made again is a new one (its predecessor was acknowledged): it runs.
+    eventually(lambda: (acknowledged() or {}).get("acknowledged") is True, timeout=30, what="acknowledged")
+    res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "helm-operator.io/action=backup-now")
+    again = eventually(
+        lambda: (acknowledged() or {}).get("name") not in (None, last["name"]) and acknowledged(),
+        timeout=60,
+        what="backup-now asked again, run and acknowledged",
+    )
+    assert backups(res, name) == [last["name"], again["name"]]
+    assert reasons(res, name).count("ActionSucceeded") == 2
+
 
 def test_final_backup_runs_before_uninstall(operator: OperatorProcess, res: Resources) -> None:
     res.apply(pg("keep"))
