@@ -1,7 +1,8 @@
 """EtcdCluster's data path on the real node: three real etcd members form a healthy cluster, the
 interval snapshot Job saves a snapshot etcdutl reads back, count retention removes the pruned
-snapshots' files from the backup volume, and a new EtcdCluster restored from a snapshot serves
-every key with its value.
+snapshots' files from the backup volume, the newest snapshot is verified (restored into a
+throw-away member that serves it), and a new EtcdCluster restored from a snapshot serves every key
+with its value.
 
 KWOK's nodes run nothing; here every Pod (members and the operator's Jobs) runs on the real
 node, placed there by the spec's top-level nodeSelector and tolerations, as a user places a
@@ -32,6 +33,7 @@ from helm_operator.hooks.testing import Harness
 
 from .conftest import custom
 from .operator import REPO, OperatorProcess, Resources, eventually
+from .test_real_verify import instances_gone, verified_after
 
 ETCD = "etcdclusters.etcd.database.coreos.com"
 VERSION = "3.6.16"
@@ -268,6 +270,16 @@ def test_three_real_members_snapshot_prune_and_restore_every_key(
     assert set(kept_files) >= {r["location"].rsplit("/", 1)[1] for r in kept}, (kept, kept_files)
     newest_status = snapshot_status(res, f"{newest['name']}.db")
     assert newest_status["totalKey"] == status["totalKey"], (newest_status, status)
+
+    # --- the newest snapshot verified: restored into a throw-away member that answers etcdctl get --
+    asked = time.time()
+    kubectl(res, "annotate", ETCD, "src", "helm-operator.io/action=verify-backup")
+    verified = verified_after(res, ETCD, "src", asked)
+    assert (verified["name"], verified["result"]) == (newest["name"], "Succeeded"), verified
+    assert verified["restoreSeconds"] > 0, verified
+    took = verified["restoreSeconds"]
+    print(f"verification of {newest['name']}: etcdutl restore, a member serving it, get: {took}s")
+    eventually(lambda: instances_gone(res), timeout=60, what="the throw-away member gone")
 
     res.apply(etcd("copy", pod={"persistentVolumeClaimSpec": CLAIM}, restore={"fromBackup": newest["name"]}))
     restore_job = eventually(
