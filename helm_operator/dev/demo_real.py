@@ -459,23 +459,6 @@ class Steps:
         print(took(self.timings[-1][1]), file=self.out, flush=True)
 
 
-def run(
-    *,
-    name: str | None,
-    nodes: int,
-    watches_file: Path,
-    namespace: str,
-    rows: int,
-    archives: Callable[[], Iterable[Path]],
-    out: TextIO = sys.stdout,
-) -> int:
-    """The whole demo; 0 when every step reached its goal, 1 otherwise (the failed step named)."""
-    steps = Steps(plan(rows), out)
-    with interruptible():
-        return _run(steps, name=name, nodes=nodes, watches_file=watches_file, namespace=namespace,
-                    rows=rows, archives=archives, out=out)  # fmt: skip
-
-
 @contextmanager
 def interruptible() -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP end the demo through its teardown (the real node and the control
@@ -492,8 +475,8 @@ def interruptible() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _run(
-    steps: Steps,
+@interruptible()
+def run(
     *,
     name: str | None,
     nodes: int,
@@ -501,8 +484,10 @@ def _run(
     namespace: str,
     rows: int,
     archives: Callable[[], Iterable[Path]],
-    out: TextIO,
+    out: TextIO = sys.stdout,
 ) -> int:
+    """The whole demo; 0 when every step reached its goal, 1 otherwise (the failed step named)."""
+    steps = Steps(plan(rows), out)
     say, step = steps.say, steps.step
     cluster = DevCluster(name, nodes=nodes)
     node: RealNode | None = None
