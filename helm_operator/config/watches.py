@@ -425,9 +425,12 @@ def selector_query(selector: Mapping[str, Any]) -> str:
     for e in selector.get("matchExpressions") or []:
         key, op, values = e["key"], e["operator"], ",".join(sorted(e.get("values") or ()))
         terms.append(
-            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(
-                op, f"!{key}"
-            )
+            {
+                "In": f"{key} in ({values})",
+                "NotIn": f"{key} notin ({values})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }[op]
         )
     return ",".join(terms)
 

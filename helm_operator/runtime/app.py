@@ -315,8 +315,8 @@ class App:
         found = []
         for watch in watches:
             namespaced = patterns and not globbed and watch.scope == "Namespaced"
+            selected = selector_query(watch.selector) if watch.selector else None
             for ns in list(patterns) if namespaced else [None]:
-                selected = selector_query(watch.selector) if watch.selector else None
                 for item in self.kube.list_custom(watch.api_version, watch.served_plural, ns, selected):
                     meta = item["metadata"]
                     if meta.get("deletionTimestamp") and FINALIZER not in (meta.get("finalizers") or []):
