@@ -29,6 +29,7 @@ from pyhelm3 import Command, errors
 from helm_operator.adapters import postrender
 from helm_operator.adapters.metrics import HELM_ACTION_DURATION, HELM_PROCESSES, HELM_QUEUE
 from helm_operator.config.charts import ChartRef
+from helm_operator.config.sharding import SHARD_LABEL
 from helm_operator.core.lease import Gate, open_gate
 from helm_operator.core.locks import Slots
 from helm_operator.core.masking import mask
@@ -325,9 +326,12 @@ class Helm:
         abort: asyncio.Event | None = None,
         dry_run: bool = False,
         server_side: bool = False,
+        unset_labels: Sequence[str] = (),
     ) -> Applied:
         """``helm upgrade --install``; ``abort`` set while it runs stops helm (SIGTERM) at once.
         ``dry_run``: ``--dry-run=server``, nothing is stored or applied (see :meth:`render`).
+        ``labels`` label the release record (Helm merges them into the previous revision's, less
+        ``unset_labels``); the shard's (``SHARD_LABEL``) labels every rendered object too.
 
         ``server_side``: Helm will apply the release server-side (a new release, or one made so).
         Helm 4 then asks the API server for strict field validation of every object it applies,
@@ -336,8 +340,9 @@ class Helm:
         extra = ["--history-max", str(history_max)]
         if dry_run:
             extra.append("--dry-run=server")
-        if labels:
-            extra += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
+        if labels or unset_labels:
+            pairs = [f"{k}={v}" for k, v in labels.items()] + [f"{k}=null" for k in unset_labels]
+            extra += ["--labels", ",".join(pairs)]
         exchange = None
         postrender_ready = await self._prepare_postrender()
         if server_side and not dry_run and (self._major or 0) >= 4:
@@ -353,7 +358,9 @@ class Helm:
                     tmp.write_text(json.dumps(scopes, sort_keys=True))
                     tmp.replace(scopes_file)
                     self._scopes_written = dict(scopes)
-            argv = postrender.argv_for(labels[OWNER_LABEL], owner_ref, namespace, scopes_file, tenant)
+            argv = postrender.argv_for(
+                labels[OWNER_LABEL], owner_ref, namespace, scopes_file, tenant, labels.get(SHARD_LABEL)
+            )
             exchange = postrender.Exchange(workdir / "calls", argv, gate=self._gate)
             extra += postrender.flags_for(argv, exchange)
         chart_ref: Path | str = chart.path if chart.path is not None else chart.ref

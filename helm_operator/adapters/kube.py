@@ -201,12 +201,14 @@ class Kube:
         return items
 
     def deleting_custom(
-        self, api_version: str, plural: str, namespace: str, finalizer: str
+        self, api_version: str, plural: str, namespace: str, finalizer: str, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        """Custom resources in a namespace that wait for ``finalizer`` to let them go."""
+        """Custom resources in a namespace (that ``label_selector`` selects) that wait for
+        ``finalizer`` to let them go."""
         group, _, version = api_version.rpartition("/")
+        selected: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         listing: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
-            group, version, namespace, plural
+            group, version, namespace, plural, **selected
         )
         items: list[dict[str, Any]] = listing["items"]
         return [

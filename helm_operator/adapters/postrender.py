@@ -7,7 +7,8 @@ a ``Stalled`` condition. Otherwise it adds the owner label (what the dependent w
 server-side; also on pod templates, so the Pods of a workload can be watched the same way) and,
 where Kubernetes allows it, an ownerReference to the resource so garbage collection also works:
 never on cluster-scoped kinds (their scope comes from API discovery, and from CRDs rendered
-alongside), nor on objects annotated ``helm.sh/resource-policy: keep``.
+alongside), nor on objects annotated ``helm.sh/resource-policy: keep``. An instance serving a
+static shard (``config.sharding``) also labels every object (never a pod template) with it.
 
 Helm 3 runs a post-renderer executable found on ``PATH``; Helm 4 runs a ``postrender/v1`` plugin
 found through ``HELM_PLUGINS``. ``install()`` lays out both under one name, so the same
@@ -35,6 +36,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from helm_operator.config.sharding import SHARD_LABEL
 from helm_operator.core.lease import Gate, LeaseLost, open_gate
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_with_crds, violations
@@ -81,9 +83,11 @@ def mark(
     owner_ref: Mapping[str, Any] | None,
     namespace: str | None,
     scopes: Scopes,
+    shard: str | None = None,
 ) -> list[dict[str, Any]]:
     """Add the owner label to every object (and pod template) and the ownerReference where it can
-    resolve."""
+    resolve; and the shard's label to every object, though never to a pod template: a resource
+    moved to another shard must not restart its workloads."""
     out = []
     for doc in docs:
         if not isinstance(doc, dict) or "kind" not in doc:
@@ -92,6 +96,8 @@ def mark(
         doc["metadata"] = meta
         labels = meta.get("labels") or {}
         labels[OWNER_LABEL] = owner
+        if shard:
+            labels[SHARD_LABEL] = shard
         meta["labels"] = labels
         _label_pod_template(doc, owner)
         keep = (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep"
@@ -121,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", required=True, help="the release namespace")
     parser.add_argument("--scopes", default="", help="JSON file: {'<group>/<Kind>': namespaced}")
     parser.add_argument("--tenant", default="", help="tenant rules as JSON (omit: not enforced)")
+    parser.add_argument("--shard", default="", help="the shard label's value (omit: none)")
     return parser
 
 
@@ -146,7 +153,7 @@ def _render(argv: Sequence[str], manifest: bytes) -> tuple[int, bytes, str, tupl
     if found:
         lines = [f"helm-operator: {v}" for v in found]
         return EXIT_VIOLATION, b"", "\n".join(lines) + "\n", ()
-    marked = mark(docs, args.owner, owner_ref, args.namespace, scopes)
+    marked = mark(docs, args.owner, owner_ref, args.namespace, scopes, args.shard or None)
     out = yaml.dump_all(marked, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     return 0, out.encode(), "", manifest_ids_of(marked)
 
@@ -299,9 +306,12 @@ def argv_for(
     namespace: str,
     scopes_file: Path | None,
     rules: TenantRules,
+    shard: str | None = None,
 ) -> list[str]:
     """The post-renderer's own arguments for one release."""
     argv = [f"--owner={owner}", f"--namespace={namespace}"]
+    if shard:
+        argv.append(f"--shard={shard}")
     if owner_ref:
         argv.append("--owner-ref=" + json.dumps(dict(owner_ref), separators=(",", ":")))
     if scopes_file is not None:

@@ -27,6 +27,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from helm_operator.config import sharding
+from helm_operator.config.sharding import Shard
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.release.record import StoredRelease
 
@@ -59,7 +61,7 @@ class _Scope:
         """The raw response (urllib3): the generated client cannot parse partial metadata."""
         core = client.CoreV1Api(self.api)
         kwargs: dict[str, Any] = dict(
-            label_selector=SELECTOR,
+            label_selector=self.index.selector,
             _headers={"Accept": accept},
             _preload_content=False,
             _request_timeout=timeout,
@@ -151,7 +153,8 @@ class ReleaseIndex:
     """(namespace, release) -> {storage Secret name: (resourceVersion, revision, status)}, from
     metadata watches."""
 
-    def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = ()) -> None:
+    def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = (), shard: Shard = None) -> None:
+        self.selector = sharding.selector(SELECTOR, shard)  # a shard's instance: only its releases
         self.stopped = threading.Event()
         self._lock = threading.Lock()
         self._revisions: defaultdict[Release, dict[str, Stored]] = defaultdict(dict)

@@ -17,8 +17,22 @@ from helm_operator.cli.common import EXIT_CONFIG, Refused, build_app
 from helm_operator.config.watches import WatchesError
 
 
-def _serving(args: argparse.Namespace) -> dict[str, Any]:
+def _shard(args: argparse.Namespace) -> str | None:
+    """The static shard from ``--shard``/``--unsharded`` (None: not sharded); a bad name is a
+    start-up refusal."""
+    from helm_operator.config.sharding import UNSHARDED, shard_problem
+
+    shard: str | None = UNSHARDED if args.unsharded else args.shard
+    problem = shard_problem(shard) if shard is not None else None
+    if problem:
+        print(f"helm-operator: --shard: {problem}", file=sys.stderr)
+        raise Refused(EXIT_CONFIG)
+    return shard
+
+
+def _serving(args: argparse.Namespace, shard: str | None) -> dict[str, Any]:
     """Endpoints and leader election from the flags; a bad value is a start-up refusal."""
+    from helm_operator.config.sharding import lease_name
     from helm_operator.runtime.leader import LeaderSettings, default_namespace
     from helm_operator.runtime.probes import parse_bind
 
@@ -32,7 +46,8 @@ def _serving(args: argparse.Namespace) -> dict[str, Any]:
     if args.leader_elect:
         leader = LeaderSettings(
             namespace=args.leader_election_namespace or default_namespace(),
-            name=args.leader_election_id,
+            # The replicas of one shard elect their leader among themselves.
+            name=args.leader_election_id or lease_name("helm-operator", shard),
             lease_duration=args.leader_election_lease_duration,
             renew_deadline=args.leader_election_renew_deadline,
             retry_period=args.leader_election_retry_period,
@@ -51,13 +66,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
     ]
     try:
+        shard = _shard(args)
         app = build_app(
             args,
             namespaces=namespaces,
             max_helm_processes=args.max_helm_processes,
             retry=RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries),
             chart_cache=Path(args.chart_cache),
-            **_serving(args),
+            shard=shard,
+            **_serving(args, shard),
         )
     except Refused as exc:
         return exc.code
@@ -285,10 +302,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where the Lease lives (default $POD_NAMESPACE, else the service account's namespace)",
     )
-    run.add_argument("--leader-election-id", default="helm-operator", help="the Lease's name")
+    run.add_argument(
+        "--leader-election-id",
+        default=None,
+        help="the Lease's name (default helm-operator; with a shard helm-operator-shard-NAME, "
+        "unsharded helm-operator-unsharded)",
+    )
     run.add_argument("--leader-election-lease-duration", type=int, default=15, help="seconds")
     run.add_argument("--leader-election-renew-deadline", type=int, default=10, help="seconds")
     run.add_argument("--leader-election-retry-period", type=int, default=2, help="seconds")
+    sharding = run.add_mutually_exclusive_group()
+    sharding.add_argument(
+        "--shard",
+        default=None,
+        metavar="NAME",
+        help="serve only the custom resources labelled sharding.helm-operator.io/shard=NAME "
+        '(static sharding; "" is --unsharded)',
+    )
+    sharding.add_argument(
+        "--unsharded",
+        action="store_true",
+        help="serve only the custom resources without the sharding.helm-operator.io/shard label "
+        "(beside instances started with --shard)",
+    )
     run.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="json: one object per line"
     )

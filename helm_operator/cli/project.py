@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from helm_operator.config.sharding import shard_problem
 from helm_operator.config.watches import WatchesError
 from helm_operator.scaffold import init, rbac, sources
 
@@ -32,6 +33,12 @@ def register(sub: Any) -> None:
         "--name", help="operator name: Deployment, ServiceAccount, <name>-system (default: folder)"
     )
     p.add_argument("--image", help="image the Deployment runs (default: <name>:dev)")
+    p.add_argument(
+        "--shards",
+        metavar="NAMES",
+        help="static shards, comma-separated (e.g. a,b,c): a Deployment per shard running "
+        "`run --shard NAME`, and one running `run --unsharded` for resources without the shard label",
+    )
     p.add_argument("--force", action="store_true", help="overwrite files that already exist")
     p.set_defaults(func=cmd_init)
 
@@ -82,7 +89,15 @@ def register(sub: Any) -> None:
 def cmd_init(args: argparse.Namespace) -> int:
     directory = Path(args.directory)
     name = args.name or init.default_name(directory)
-    project = init.Project(directory=directory, name=name, image=args.image or f"{name}:dev")
+    shards = tuple(s.strip() for s in (args.shards or "").split(",") if s.strip())
+    problems = [p for p in (shard_problem(s) for s in shards) if p]
+    if problems or len(set(shards)) != len(shards):
+        print(
+            f"helm-operator init: --shards: {problems[0] if problems else 'a shard is named twice'}",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    project = init.Project(directory=directory, name=name, image=args.image or f"{name}:dev", shards=shards)
     try:
         written = init.write(project, force=args.force)
     except init.InitError as exc:

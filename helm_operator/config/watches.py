@@ -17,7 +17,9 @@ from typing import Any, Literal
 
 import yaml
 
+from helm_operator.config import sharding
 from helm_operator.config.charts import ChartRef
+from helm_operator.config.sharding import Shard
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -79,6 +81,7 @@ class Watch:
     allowed_namespaces: tuple[str, ...] = ()  # namespaces (globs) a namespaced resource may reach
     allow_cluster_scoped: bool = False  # a namespaced resource may create cluster-scoped objects
     source: str = ""  # "watches.yaml: entry 2", for errors found after loading
+    shard: Shard = None  # the instance's static shard (``sharded``); None: not sharded
 
     @property
     def api_version(self) -> str:
@@ -448,6 +451,17 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
         if (op == "Exists" and not present) or (op == "DoesNotExist" and present):
             return False
     return True
+
+
+def sharded(watch: Watch, shard: Shard) -> Watch:
+    """The watch as an instance serving ``shard`` runs it: its selector also requires the shard
+    (so kopf's listing and watch, the start-up listing and the client-side check all see only the
+    shard's resources), and its releases are labelled with it."""
+    if shard is None:
+        return watch
+    selector = dict(watch.selector)
+    selector["matchExpressions"] = [*(selector.get("matchExpressions") or ()), sharding.expression(shard)]
+    return replace(watch, selector=selector, shard=shard)
 
 
 def resolve(watch: Watch, plural: str, namespaced: bool) -> Watch:

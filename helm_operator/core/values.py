@@ -73,13 +73,22 @@ def validate(values: Mapping[str, Any], schema: Mapping[str, Any] | None) -> lis
     return sorted(found, key=lambda v: (v.path, v.message))
 
 
-def digest(chart: ChartInfo, values: Mapping[str, Any], owner_uid: str = "") -> str:
+def digest(chart: ChartInfo, values: Mapping[str, Any], owner_uid: str = "", shard: str | None = None) -> str:
     """Stable digest of what a release should be (label-safe hex), independent of key order.
 
     The owner's uid is part of it: a resource deleted and created again under the same name (its
     release left behind) gets one upgrade, which re-renders its objects with the new owner and
-    re-creates what garbage collection removed, instead of adopting the release as it is.
+    re-creates what garbage collection removed, instead of adopting the release as it is. So is a
+    named shard: a resource moved to another shard gets one upgrade by its new instance, which
+    labels its objects and release record for that instance's watches (not sharded or unsharded:
+    the digest is what it always was).
     """
-    doc = {"chart": [chart.name, chart.version, chart.content_digest], "values": values, "owner": owner_uid}
+    doc: dict[str, Any] = {
+        "chart": [chart.name, chart.version, chart.content_digest],
+        "values": values,
+        "owner": owner_uid,
+    }
+    if shard:
+        doc["shard"] = shard
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]

@@ -132,6 +132,8 @@ class DevCluster:
         """Use a cluster someone else runs (e.g. ``helm-operator dev up``); ``stop()`` leaves it alone."""
         cluster = cls("attached", nodes=0, tools=tools)
         cluster.kubeconfig = Path(kubeconfig).resolve()
+        if (cluster.kubeconfig.parent / "kwok").is_dir():  # one `dev up` started: its logs are beside
+            cluster.root = cluster.kubeconfig.parent
         cluster.owned = False
         return cluster
 

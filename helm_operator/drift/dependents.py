@@ -24,6 +24,8 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.metrics import DEPENDENT_CACHE, DEPENDENT_CHANGES
+from helm_operator.config import sharding
+from helm_operator.config.sharding import Shard
 from helm_operator.core.naming import HELM_FIELD_MANAGER, OWNER_LABEL
 from helm_operator.release.health import WORKLOAD_KINDS, why_unready
 
@@ -128,9 +130,15 @@ Notify = Callable[[str, Change], object]
 
 class KindWatch:
     def __init__(
-        self, kube: Kube, kind: Kind, notify: Notify, ours: frozenset[str] = frozenset({HELM_FIELD_MANAGER})
+        self,
+        kube: Kube,
+        kind: Kind,
+        notify: Notify,
+        ours: frozenset[str] = frozenset({HELM_FIELD_MANAGER}),
+        selector: str = SELECTOR,
     ) -> None:
         self.kube, self.kind, self.notify, self.ours = kube, kind, notify, ours
+        self.selector = selector
         self.cache: dict[tuple[str, str], Seen] = {}  # (namespace, name) -> what was seen last
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"watch-{kind[1]}", daemon=True)
@@ -184,7 +192,7 @@ class KindWatch:
             # without a word would otherwise leave the watch waiting (and "live") for ever.
             for event in w.stream(
                 res.get,
-                label_selector=SELECTOR,
+                label_selector=self.selector,
                 resource_version=rv,
                 timeout_seconds=WATCH_SECONDS,
                 allow_watch_bookmarks=True,
@@ -210,7 +218,7 @@ class KindWatch:
         fresh: dict[tuple[str, str], Any] = {}
         token = None
         while True:
-            resp = res.get(label_selector=SELECTOR, limit=LIST_PAGE, _continue=token, serialize=False)
+            resp = res.get(label_selector=self.selector, limit=LIST_PAGE, _continue=token, serialize=False)
             page = json.loads(resp.data)
             for item in page.get("items") or ():
                 meta = item["metadata"]
@@ -279,9 +287,10 @@ class DependentWatches:
     """Reference-counted watches: owner -> kinds its release uses, and how many owners use each kind
     (every check of a release says which kinds it uses: that must not cost a pass over them all)."""
 
-    def __init__(self, kube: Kube, notify: Notify, ours: Iterable[str] = ()) -> None:
+    def __init__(self, kube: Kube, notify: Notify, ours: Iterable[str] = (), shard: Shard = None) -> None:
         self.kube = kube
         self.notify = notify
+        self.selector = sharding.selector(SELECTOR, shard)  # a shard's instance: only its objects
         self.ours = frozenset({HELM_FIELD_MANAGER, *ours})  # field managers of Helm's writes
         self._uses: dict[str, frozenset[Kind]] = {}
         self._users: dict[Kind, int] = {}  # kind -> owners whose release uses it
@@ -305,8 +314,8 @@ class DependentWatches:
         for kind in kinds:
             users = self._users[kind] = self._users.get(kind, 0) + step
             if users and kind not in self._watches:
-                log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], SELECTOR)
-                self._watches[kind] = KindWatch(self.kube, kind, self.notify, self.ours)
+                log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], self.selector)
+                self._watches[kind] = KindWatch(self.kube, kind, self.notify, self.ours, self.selector)
                 self._watches[kind].start()
             elif not users:
                 del self._users[kind]
@@ -324,7 +333,10 @@ class DependentWatches:
     def stats(self) -> dict[str, Any]:
         """Per-kind cache sizes and the selector used: what tests and metrics read."""
         with self._lock:
-            return {"selector": SELECTOR, "kinds": {w.label: len(w.cache) for w in self._watches.values()}}
+            return {
+                "selector": self.selector,
+                "kinds": {w.label: len(w.cache) for w in self._watches.values()},
+            }
 
     def unsynced(self) -> str | None:
         """None when every watch has its first listing; otherwise which have not (for readiness)."""

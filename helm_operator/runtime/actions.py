@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import PERMANENT_REASONS, Applied, Helm, HelmAborted, HelmError
 from helm_operator.adapters.kube import Kube
+from helm_operator.config.sharding import SHARD_LABEL, UNSHARDED
 from helm_operator.core.naming import REVISION_LABEL
 from helm_operator.core.vocabulary import Reason
 from helm_operator.drift.check import DriftReport, correct
@@ -43,12 +44,16 @@ async def _apply(ctx: ActionContext) -> StoredRelease | None:
     # The revision Helm is expected to write; if Helm numbers it otherwise (an install over a
     # history kept by `helm uninstall --keep-history`), the stamp is higher, never lower.
     labels = {**t.labels, REVISION_LABEL: str((ctx.before.revision if ctx.before else 0) + 1)}
+    # Helm merges an upgrade's labels into the previous revision's: a release that comes to the
+    # unsharded instance from a shard drops the shard's (an install has none to drop).
+    unset = (SHARD_LABEL,) if ctx.before is not None and w.shard == UNSHARDED else ()
     out = await ctx.helm.install_or_upgrade(
         t.ident.name,
         t.ident.namespace,
         t.chart,
         t.values,
         labels=labels,
+        unset_labels=unset,
         timeout=w.timeout,
         wait=w.wait,
         history_max=w.history_max,

@@ -36,7 +36,8 @@ from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
-from helm_operator.config.watches import Watch, resolve, selector_matches, selector_query
+from helm_operator.config.sharding import Shard, describe
+from helm_operator.config.watches import Watch, resolve, selector_matches, selector_query, sharded
 from helm_operator.core.lease import Gate, open_gate
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
@@ -75,6 +76,7 @@ class Settings:
     probes_bind: tuple[str, int] | None = None  # None: no /healthz and /readyz
     leader: LeaderSettings | None = None  # None: no election, this process acts at once
     hooks: Mapping[str, Hooks] = field(default_factory=dict)  # watch key -> its loaded hook module
+    shard: Shard = None  # static sharding (``config.sharding``): None serves every resource
 
 
 def _kube_configuration(kubeconfig: str | None) -> client.Configuration:
@@ -162,11 +164,12 @@ class App:
         self.reporter = Reporter(self.kube)
         # Helm 4 writes as field manager "helm"; Helm 3 as its executable's name.
         self.dependents = DependentWatches(
-            self.kube, notify=self._dependent_changed, ours={Path(settings.helm).name}
+            self.kube, notify=self._dependent_changed, ours={Path(settings.helm).name}, shard=settings.shard
         )
         # Namespace patterns that are plain names can be listed and watched one by one.
         self._globbed = any(c in n for n in settings.namespaces for c in "*?[!")
-        self.releases = ReleaseIndex(self.kube.api, [] if self._globbed else list(settings.namespaces))
+        namespaces = [] if self._globbed else list(settings.namespaces)
+        self.releases = ReleaseIndex(self.kube.api, namespaces, shard=settings.shard)
         self.checker = DriftChecker(
             self.kube, self.reporter, dependents=self.dependents, releases=self.releases
         )
@@ -224,7 +227,9 @@ class App:
                 if served is None:
                     waiting.append(w)
                 else:
-                    resolved.append(resolve(w, served.plural, served.namespaced))
+                    resolved.append(
+                        sharded(resolve(w, served.plural, served.namespaced), self.settings.shard)
+                    )
             pending = waiting
             if pending:
                 if time.monotonic() - last_log >= CRD_WAIT_LOG_EVERY:
@@ -395,7 +400,7 @@ class App:
             notice_what_appears_while_listing()
             # No `helm version` here: a restart must not start a single helm process when nothing changed.
             names = ", ".join(self.settings.namespaces) or "all"
-            log.info("helm: %s; namespaces: %s", self.settings.helm, names)
+            log.info("helm: %s; namespaces: %s; %s", self.settings.helm, names, describe(self.settings.shard))
             kopf.run(
                 registry=self.registry,
                 clusterwide=not self.settings.namespaces,

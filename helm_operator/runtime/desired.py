@@ -12,6 +12,7 @@ from typing import Any
 
 from helm_operator import __version__
 from helm_operator.config.charts import ChartInfo, ChartRef, installed_crds
+from helm_operator.config.sharding import object_labels
 from helm_operator.config.watches import Watch
 from helm_operator.core.masking import mask
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, RETRY_ANNOTATION
@@ -73,7 +74,8 @@ class Target:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {OWNER_LABEL: self.ident.owner, DIGEST_LABEL: self.digest}
+        """The labels of Helm's release record (the shard's too: its release-index watch selects it)."""
+        return {OWNER_LABEL: self.ident.owner, DIGEST_LABEL: self.digest, **object_labels(self.watch.shard)}
 
 
 def record_size_estimate(chart_files_gz: int, values: Mapping[str, Any]) -> int:
@@ -123,7 +125,7 @@ def prepare(
         msg = "values do not match the chart's schema: " + "; ".join(str(v) for v in violations)
         return Outcome("stalled", Reason.INVALID_VALUES, mask(msg, values))
     size = record_size_estimate(chart.compressed_size, values)
-    want = digest(chart, values, cr.uid or "")
+    want = digest(chart, values, cr.uid or "", watch.shard)
     tenant = tenant_rules(watch, cr.namespace is not None)
     refused = crds_refused(chart, merged, tenant, served_crds)
     if refused:

@@ -277,12 +277,36 @@ class Handlers:
                 await rt.reporter.events(ref, [Event.warning(Reason.UNINSTALL_FAILED, str(exc))])
                 raise kopf.TemporaryError(str(exc), delay=10) from None
         RECONCILES.labels(watch=watch.key, action="uninstall", result="ready").inc()
-        self.states.forget(watch.key, identify(watch, meta.namespace, meta.name).key)
-        self.drift.forget(watch, meta.namespace, meta.name)
-        rt.settled.pop(identify(watch, meta.namespace, meta.name).key, None)
-        if rt.day2 is not None:
-            rt.day2.forget(watch, meta.namespace, meta.name)
+        self._forget(meta.namespace, meta.name)
         await rt.reporter.events(ref, [*events, Event.normal(Reason.UNINSTALLED, message)])
+
+    def _forget(self, namespace: str | None, name: str) -> None:
+        """Drop everything this process keeps about the resource: its state, drift tracking,
+        resync, and day-2 schedules and watches."""
+        rt, watch = self.runtime, self.watch
+        key = identify(watch, namespace, name).key
+        self.states.forget(watch.key, key)
+        self.drift.forget(watch, namespace, name)
+        self.resyncs.forget(resource_key(watch, namespace, name))
+        rt.settled.pop(key, None)
+        if rt.day2 is not None:
+            rt.day2.forget(watch, namespace, name)
+
+    async def left(self, type: str, meta: kopf.Meta, **_: Any) -> None:
+        """The API server ends a watch's view of a resource with DELETED both when it is gone and
+        when it no longer matches the watch's selector (relabelled to another shard): either way
+        this process stops acting for it. Its release stays as it is, for the instance that
+        selects it now (after a real deletion, the delete handler has already uninstalled it)."""
+        if type != "DELETED":
+            return
+        if not meta.get("deletionTimestamp"):
+            log.info(
+                "%s %s/%s left this instance's selector: no longer served here",
+                self.watch.kind,
+                meta.namespace or "",
+                meta.name,
+            )
+        self._forget(meta.namespace, meta.name)
 
     async def _until_changed(self, body: Mapping[str, Any], timeout: float | None) -> None:
         """Until the resource's annotations or spec change (or it is gone), or ``timeout``."""
@@ -341,3 +365,12 @@ def register(
     ]
     for name, decorator, options, fn in table:
         decorator(id=f"{watch.key}/{name}", **common, **options)(fn)
+    if watch.selector:  # a resource can leave the selector (no labels filter: it no longer matches)
+        kopf.on.event(
+            id=f"{watch.key}/left",
+            group=watch.group,
+            version=watch.version,
+            plural=watch.served_plural,
+            registry=registry,
+            when=lambda type, **_: type == "DELETED",  # kopf logs every call: only these count
+        )(h.left)

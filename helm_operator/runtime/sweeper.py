@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 
 from helm_operator.adapters.kube import ObjectRef
-from helm_operator.config.watches import Watch
+from helm_operator.config.watches import Watch, selector_query
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
 from helm_operator.runtime.handlers import resource_key
@@ -67,8 +67,11 @@ async def _sweep_once(
         if not in_patterns(ns, patterns):
             continue
         for watch in watches:
+            # Only what this instance serves: another instance (a shard, another selector) finishes
+            # its own resources' deletions.
+            selected = selector_query(watch.selector) if watch.selector else None
             items = await asyncio.to_thread(
-                kube.deleting_custom, watch.api_version, watch.served_plural, ns, FINALIZER
+                kube.deleting_custom, watch.api_version, watch.served_plural, ns, FINALIZER, selected
             )
             for item in items:
                 meta = item["metadata"]

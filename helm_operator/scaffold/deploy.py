@@ -28,6 +28,7 @@ APP_DIR = "/opt/helm-operator"
 WRITABLE = "/tmp"
 RBAC_FILE = "02-rbac.yaml"
 NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # tells the Deployments of static shards apart
 
 REPO_HEADER = (
     "# Rendered by helm_operator/scaffold/deploy.py: `python -m helm_operator.scaffold.deploy` rewrites it.\n"
@@ -44,6 +45,9 @@ class Deploy:
     replicas: int = 2
     metrics_port: int = 8080
     probe_port: int = 8081
+    # Static shards: a Deployment per shard (``run --shard NAME``) and one for the resources
+    # without the shard label (``--unsharded``); empty: one Deployment serving every resource.
+    shards: tuple[str, ...] = ()
 
 
 def _meta(d: Deploy, name: str | None = None, namespaced: bool = True) -> dict[str, Any]:
@@ -73,15 +77,20 @@ def service_account(d: Deploy) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(d)}
 
 
-def deployment(d: Deploy) -> dict[str, Any]:
-    """Replicas elect a leader (only it acts); probes and metrics on their own ports."""
-    selector = {NAME_LABEL: d.name}
+def deployment(d: Deploy, shard: str | None = None) -> dict[str, Any]:
+    """Replicas elect a leader (only it acts); probes and metrics on their own ports. ``shard``:
+    the Deployment of one static shard ("": the unsharded one), its replicas electing their own
+    leader."""
+    name = d.name if shard is None else f"{d.name}-shard-{shard}" if shard else f"{d.name}-unsharded"
+    selector = {NAME_LABEL: d.name} if shard is None else {NAME_LABEL: d.name, INSTANCE_LABEL: name}
+    sharding = [] if shard is None else [f"--shard={shard}"] if shard else ["--unsharded"]
     container = {
         "name": "operator",
         "image": d.image,
         "imagePullPolicy": "IfNotPresent",
         "args": [
             "--leader-elect",
+            *sharding,
             f"--metrics-bind-address=:{d.metrics_port}",
             f"--health-probe-bind-address=:{d.probe_port}",
         ],
@@ -116,7 +125,7 @@ def deployment(d: Deploy) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(d),
+        "metadata": {**_meta(d, name), "labels": selector},
         "spec": {
             "replicas": d.replicas,
             "selector": {"matchLabels": selector},
@@ -199,10 +208,11 @@ def config_files(d: Deploy, header: str = REPO_HEADER) -> dict[str, str]:
     Numbered so that ``kubectl apply -f config/`` creates the namespace first and the
     permissions before the Pods that need them.
     """
+    deployments = [deployment(d)] if not d.shards else [deployment(d, s) for s in (*d.shards, "")]
     return {
         "00-namespace.yaml": to_yaml(namespace(d), header),
         "01-service-account.yaml": to_yaml(service_account(d), header),
-        "03-deployment.yaml": to_yaml(deployment(d), header),
+        "03-deployment.yaml": header + "---\n".join(dump(doc) for doc in deployments),
         "04-metrics-service.yaml": to_yaml(metrics_service(d), header),
     }
 

@@ -32,6 +32,7 @@ class Project:
     name: str
     image: str
     version: str = __version__  # the helm-operator release the Dockerfile installs
+    shards: tuple[str, ...] = ()  # static shards: a Deployment per shard, and an unsharded one
 
 
 def default_name(directory: Path) -> str:
@@ -95,7 +96,7 @@ A Kubernetes operator made of Helm charts, run by helm-operator {p.version}.
 
 def files(p: Project) -> dict[str, str]:
     """Every file of the new project, by path relative to its folder."""
-    d = deploy.Deploy(name=p.name, namespace=f"{p.name}-system", image=p.image)
+    d = deploy.Deploy(name=p.name, namespace=f"{p.name}-system", image=p.image, shards=p.shards)
     identity = rbac.Identity(name=d.name, namespace=d.namespace, service_account=d.name)
     out = {
         "watches.yaml": WATCHES,

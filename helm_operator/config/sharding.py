@@ -1,0 +1,79 @@
+"""Static shards: which custom resources (and which of their objects) one operator instance serves.
+
+An instance started with ``--shard NAME`` serves the resources labelled ``SHARD_LABEL=NAME``; one
+started ``--unsharded`` serves those without the label; one started with neither serves all (one
+instance, or replicas under leader election). The shard becomes part of every selector the
+instance sends to the API server: the custom resources, the objects its releases create (they
+carry the shard label too) and Helm's release Secrets (labelled through ``helm --labels``), so each
+instance lists, watches and caches only its share.
+
+A resource relabelled to another shard leaves one instance's watches and enters the other's; the
+new owner upgrades its release once (the shard is part of the release's digest), which moves the
+label on its objects and its release record along with it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+SHARD_LABEL = "sharding.helm-operator.io/shard"
+UNSHARDED = ""  # the shard of an instance that serves only resources without the label
+
+Shard = str | None  # None: not sharded (serves every resource); "": unsharded; else the shard's name
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def shard_problem(name: str) -> str | None:
+    """What makes ``name`` unusable as a shard, or None. A shard names a label value and a Lease,
+    so it is a DNS label (the stricter of the two)."""
+    if name == UNSHARDED:
+        return None
+    if len(name) > 40 or not _DNS_LABEL.fullmatch(name):
+        return (
+            f"shard {name!r} is not a DNS label of at most 40 characters (a-z, 0-9 and '-', "
+            "beginning and ending with a letter or digit)"
+        )
+    return None
+
+
+def requirement(shard: Shard) -> str | None:
+    """The shard's term of a ``labelSelector`` query, or None when not sharded."""
+    if shard is None:
+        return None
+    return f"!{SHARD_LABEL}" if shard == UNSHARDED else f"{SHARD_LABEL}={shard}"
+
+
+def expression(shard: str) -> dict[str, Any]:
+    """The shard as a ``matchExpressions`` entry (for a watch's selector)."""
+    if shard == UNSHARDED:
+        return {"key": SHARD_LABEL, "operator": "DoesNotExist"}
+    return {"key": SHARD_LABEL, "operator": "In", "values": [shard]}
+
+
+def selector(base: str, shard: Shard) -> str:
+    """``base`` (a ``labelSelector`` query) limited to the shard."""
+    term = requirement(shard)
+    return f"{base},{term}" if term else base
+
+
+def object_labels(shard: Shard) -> dict[str, str]:
+    """The labels every object of a release (and its release record) carries for the shard."""
+    return {SHARD_LABEL: shard} if shard else {}
+
+
+def lease_name(base: str, shard: Shard) -> str:
+    """The leader-election Lease of the instances serving one shard (each shard elects its own)."""
+    if shard is None:
+        return base
+    return f"{base}-unsharded" if shard == UNSHARDED else f"{base}-shard-{shard}"
+
+
+def describe(shard: Shard) -> str:
+    """What an instance serves, for its start-up log line."""
+    if shard is None:
+        return "not sharded: every resource"
+    if shard == UNSHARDED:
+        return f"unsharded: only resources without the {SHARD_LABEL} label"
+    return f"shard {shard}: only resources labelled {SHARD_LABEL}={shard}"

@@ -1,0 +1,223 @@
+"""Static shards: what an instance started with ``--shard``/``--unsharded`` selects, labels and
+digests, the flags that start it, and the manifests that deploy one Deployment per shard."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+from kopf._cogs.structs import references
+
+from helm_operator.adapters import postrender
+from helm_operator.adapters.helm import Applied
+from helm_operator.config import sharding
+from helm_operator.config.charts import ChartRef, load_chart
+from helm_operator.config.sharding import SHARD_LABEL, UNSHARDED
+from helm_operator.config.watches import Watch, selector_matches, selector_query, sharded
+from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.core.tenancy import NOT_ENFORCED
+from helm_operator.core.values import digest
+from helm_operator.drift.dependents import DependentWatches
+from helm_operator.release.identity import ReleaseId
+from helm_operator.release.record import StoredRelease
+from helm_operator.runtime.actions import ActionContext, _apply
+from helm_operator.runtime.desired import Target
+from helm_operator.runtime.handlers import configure
+from helm_operator.scaffold import deploy
+
+CHART = ChartRef("tiny", Path("/charts/tiny"))
+WATCH = Watch(
+    "g.example.com", "v1", "Tiny", CHART, "tinies", "Namespaced", selector={"matchLabels": {"team": "x"}}
+)
+
+
+@pytest.mark.parametrize(
+    ("shard", "query", "served", "not_served"),
+    [
+        ("a", f"team=x,{SHARD_LABEL} in (a)", {SHARD_LABEL: "a"}, [{SHARD_LABEL: "b"}, {}]),
+        (UNSHARDED, f"team=x,!{SHARD_LABEL}", {}, [{SHARD_LABEL: "a"}]),
+    ],
+)
+def test_a_shard_narrows_the_watch_selector_on_the_server_and_in_the_process(
+    shard: str, query: str, served: dict[str, str], not_served: list[dict[str, str]]
+) -> None:
+    watch = sharded(WATCH, shard)
+    assert watch.shard == shard and WATCH.selector == {"matchLabels": {"team": "x"}}  # not mutated
+    assert selector_query(watch.selector) == query
+    assert selector_matches(watch.selector, {"team": "x", **served})
+    for labels in not_served:
+        assert not selector_matches(watch.selector, {"team": "x", **labels})
+    settings = kopf.OperatorSettings()
+    configure(settings, [watch])
+    resource = references.Resource(group="g.example.com", version="v1", plural="tinies", namespaced=True)
+    assert list(settings.watching.label_selectors.collect(resource)) == [query]
+
+
+def test_not_sharded_is_the_watch_as_written() -> None:
+    assert sharded(WATCH, None) is WATCH
+    assert sharding.selector("owner=helm", None) == "owner=helm"
+    assert sharding.selector("owner=helm", "a") == f"owner=helm,{SHARD_LABEL}=a"
+    assert sharding.selector("owner=helm", UNSHARDED) == f"owner=helm,!{SHARD_LABEL}"
+
+
+def test_dependent_watches_select_only_the_shards_objects() -> None:
+    kube: Any = None
+    assert DependentWatches(kube, lambda o, c: None).selector == OWNER_LABEL
+    assert DependentWatches(kube, lambda o, c: None, shard="a").selector == f"{OWNER_LABEL},{SHARD_LABEL}=a"
+    unsharded = DependentWatches(kube, lambda o, c: None, shard=UNSHARDED)
+    assert unsharded.selector == f"{OWNER_LABEL},!{SHARD_LABEL}"
+
+
+@pytest.mark.parametrize("name", ["A", "a_b", "-a", "a.b", "x" * 41])
+def test_a_shard_name_must_be_a_short_dns_label(name: str) -> None:
+    problem = sharding.shard_problem(name)
+    assert problem is not None and repr(name) in problem
+
+
+def test_each_shard_elects_its_own_leader() -> None:
+    assert sharding.lease_name("helm-operator", None) == "helm-operator"
+    assert sharding.lease_name("helm-operator", "a") == "helm-operator-shard-a"
+    assert sharding.lease_name("helm-operator", UNSHARDED) == "helm-operator-unsharded"
+
+
+def test_a_named_shard_is_part_of_the_digest_and_no_shard_keeps_the_old_one(tmp_path: Path) -> None:
+    (tmp_path / "Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
+    chart = load_chart(ChartRef(ref="c", path=tmp_path))
+    plain = digest(chart, {"a": 1}, "uid")
+    assert digest(chart, {"a": 1}, "uid", None) == plain == digest(chart, {"a": 1}, "uid", UNSHARDED)
+    assert len({plain, digest(chart, {"a": 1}, "uid", "a"), digest(chart, {"a": 1}, "uid", "b")}) == 3
+
+
+def test_the_post_renderer_labels_objects_with_the_shard_but_never_pod_templates() -> None:
+    manifest = yaml.safe_dump_all(
+        [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "d"},
+                "spec": {"template": {"metadata": {"labels": {"app": "d"}}, "spec": {}}},
+            },
+        ]
+    ).encode()
+    argv = postrender.argv_for("own", None, "ns", None, NOT_ENFORCED, "a")
+    assert "--shard=a" in argv
+    code, out, err = postrender.render(argv, manifest)
+    assert code == 0, err
+    cm, dep = list(yaml.safe_load_all(out))
+    assert cm["metadata"]["labels"] == {OWNER_LABEL: "own", SHARD_LABEL: "a"}
+    assert dep["metadata"]["labels"][SHARD_LABEL] == "a"
+    # a move between shards must not roll the workload's Pods
+    assert dep["spec"]["template"]["metadata"]["labels"] == {"app": "d", OWNER_LABEL: "own"}
+    unlabelled = postrender.argv_for("own", None, "ns", None, NOT_ENFORCED, None)
+    code, out, _ = postrender.render(unlabelled, manifest)
+    assert SHARD_LABEL not in next(yaml.safe_load_all(out))["metadata"]["labels"]
+
+
+class RecordingHelm:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    async def install_or_upgrade(self, *args: Any, **kwargs: Any) -> Applied:
+        self.calls.append(kwargs)
+        return Applied({"info": {"status": "deployed"}, "version": 2})
+
+
+@pytest.mark.parametrize(
+    ("shard", "before", "labels", "unset"),
+    [
+        ("a", None, {SHARD_LABEL: "a"}, ()),
+        (UNSHARDED, None, {}, ()),  # an install has no shard label to drop
+        (UNSHARDED, 1, {}, (SHARD_LABEL,)),  # an upgrade drops one a shard left
+        (None, 1, {}, ()),
+    ],
+)
+def test_the_release_record_is_labelled_for_the_shard(
+    shard: str | None, before: int | None, labels: dict[str, str], unset: tuple[str, ...]
+) -> None:
+    watch = sharded(WATCH, shard)
+    target = Target(watch, ReleaseId("r", "ns", "owner-1"), "d1", {}, CHART)
+    previous = StoredRelease(name="r", namespace="ns", revision=before, status="deployed") if before else None
+    helm = RecordingHelm()
+    ctx = ActionContext(helm, None, target, previous, {})  # type: ignore[arg-type]
+    asyncio.run(_apply(ctx))
+    (call,) = helm.calls
+    assert {k: v for k, v in call["labels"].items() if k == SHARD_LABEL} == labels
+    assert call["unset_labels"] == unset
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "helm_operator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "KUBECONFIG": "/nonexistent"},
+    )
+
+
+def test_a_bad_shard_or_both_flags_are_start_up_errors(tmp_path: Path) -> None:
+    (tmp_path / "watches.yaml").write_text("[]\n")
+    bad = run("run", "--watches-file", str(tmp_path / "watches.yaml"), "--shard", "Shard_1")
+    assert bad.returncode == 2 and "--shard: shard 'Shard_1' is not a DNS label" in bad.stderr, bad.stderr
+    both = run("run", "--watches-file", str(tmp_path / "watches.yaml"), "--shard", "a", "--unsharded")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
+
+
+def test_manifests_for_static_shards_run_a_deployment_per_shard_and_one_unsharded() -> None:
+    d = deploy.Deploy(shards=("a", "b"))
+    docs = list(yaml.safe_load_all(deploy.config_files(d)["03-deployment.yaml"]))
+    names = [doc["metadata"]["name"] for doc in docs]
+    assert names == ["helm-operator-shard-a", "helm-operator-shard-b", "helm-operator-unsharded"]
+    args = [doc["spec"]["template"]["spec"]["containers"][0]["args"] for doc in docs]
+    assert [a[1] for a in args] == ["--shard=a", "--shard=b", "--unsharded"]
+    assert all("--leader-elect" in a for a in args)
+    selectors = [doc["spec"]["selector"]["matchLabels"] for doc in docs]
+    assert len({tuple(sorted(s.items())) for s in selectors}) == 3  # no Deployment adopts another's Pods
+    for doc, sel in zip(docs, selectors, strict=True):
+        assert doc["spec"]["template"]["metadata"]["labels"] == sel
+    # The metrics Service still selects every shard's Pods.
+    service = yaml.safe_load(deploy.config_files(d)["04-metrics-service.yaml"])
+    assert all(service["spec"]["selector"].items() <= s.items() for s in selectors)
+
+
+def test_init_refuses_a_bad_shard_list(tmp_path: Path) -> None:
+    proc = run("init", str(tmp_path / "op"), "--shards", "a,a")
+    assert proc.returncode == 2 and "a shard is named twice" in proc.stderr, proc.stderr
+    proc = run("init", str(tmp_path / "op"), "--shards", "a,B")
+    assert proc.returncode == 2 and "shard 'B'" in proc.stderr, proc.stderr
+    ok = run("init", str(tmp_path / "op"), "--shards", "a,b")
+    assert ok.returncode == 0, ok.stderr
+    text = (tmp_path / "op/config/03-deployment.yaml").read_text()
+    assert "--shard=a" in text and "--shard=b" in text and "--unsharded" in text
+
+
+def test_the_sweep_of_terminating_namespaces_finishes_only_what_the_instance_selects() -> None:
+    """An instance finishes deletions kopf no longer reports (a terminating namespace) only for the
+    resources its selector (its shard) selects; another shard's are left to that shard."""
+    from types import SimpleNamespace
+
+    from helm_operator.runtime import sweeper
+
+    asked: list[str | None] = []
+
+    class Kube:
+        def terminating_namespaces(self) -> list[str]:
+            return ["gone"]
+
+        def deleting_custom(
+            self, api_version: str, plural: str, ns: str, fin: str, sel: str | None
+        ) -> list[Any]:
+            asked.append(sel)
+            return []
+
+    runtime: Any = SimpleNamespace(kube=Kube())
+    watch = sharded(WATCH, "a")
+    asyncio.run(sweeper._sweep_once(runtime, [watch, WATCH], ["gone"], None, None))  # type: ignore[arg-type]
+    assert asked == [f"team=x,{SHARD_LABEL} in (a)", "team=x"]
