@@ -27,7 +27,8 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
-from helm_operator.config.watches import Watch, selector_matches
+from helm_operator.config.sharding import SHARD_LABEL
+from helm_operator.config.watches import Watch, selector_matches, sharded
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.masking import mask
 from helm_operator.core.vocabulary import Event, Reason
@@ -173,6 +174,8 @@ class Previewer:
             return replace(
                 base, reason="its labels do not match the watch's selector: the operator ignores it"
             )
+        if labels.get(SHARD_LABEL):  # served by that static shard's instance, which labels its release so
+            cr = replace(cr, watch=sharded(watch, labels[SHARD_LABEL]))
         target = await self._target(cr, where)
         secrets.append(target.values)
         base = replace(base, secrets=(*base.secrets, target.values))

@@ -24,6 +24,7 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH
 from .operator import OperatorProcess, Resources, eventually, metrics
+from .test_diff import Diff
 
 TINY = "tinies.test.helm-operator.io"
 PER_SHARD = 20
@@ -118,7 +119,7 @@ def release_secrets(cluster: DevCluster, ns: str, shard: str) -> dict[str, int]:
 
 
 def test_two_static_shards_each_serve_their_own_half_and_a_relabelled_one_moves_cleanly(
-    shards: dict[str, OperatorProcess], cluster: DevCluster, sharded_ns: str, tmp_path: Path
+    shards: dict[str, OperatorProcess], cluster: DevCluster, sharded_ns: str, tools: Toolchain, tmp_path: Path
 ) -> None:
     ns, res = sharded_ns, Resources(cluster, sharded_ns)
     names = {s: [f"{s}-{i:02d}" for i in range(PER_SHARD)] for s in ("a", "b")}
@@ -175,6 +176,11 @@ def test_two_static_shards_each_serve_their_own_half_and_a_relabelled_one_moves_
     # ...and each caches only its share of the 40 Deployments.
     for shard in ("a", "b"):
         assert cached(shards[shard], "Deployment") == PER_SHARD
+
+    # `helm-operator diff` of a sharded resource as applied: nothing would change (the release is
+    # compared as the shard's instance made it, shard label included).
+    out = Diff(cluster, tools.helm, shards["a"].watches, tmp_path)([tiny("a-03", "a")], ns)
+    assert out.returncode == 0 and "Summary: no changes (1 resource up to date)" in out.stdout, out
 
     # Relabel one resource to b: b upgrades it once (moving its labels), a does nothing more.
     before = {s: len(upgrades(shards[s])) for s in "ab"}
