@@ -217,6 +217,16 @@ class Kube:
             if i["metadata"].get("deletionTimestamp") and finalizer in (i["metadata"].get("finalizers") or [])
         ]
 
+    def remove_labels(self, ref: ObjectRef, plural: str, keys: Sequence[str]) -> None:
+        """Remove labels from a custom resource (a merge patch: absent ones are no error)."""
+        group, _, version = ref.api_version.rpartition("/")
+        body = {"metadata": {"labels": dict.fromkeys(keys)}}
+        api = client.CustomObjectsApi(self.api)
+        if ref.namespace:
+            api.patch_namespaced_custom_object(group, version, ref.namespace, plural, ref.name, body)
+        else:
+            api.patch_cluster_custom_object(group, version, plural, ref.name, body)
+
     def drop_finalizer(self, ref: ObjectRef, plural: str, finalizers: Sequence[str], finalizer: str) -> None:
         group, _, version = ref.api_version.rpartition("/")
         body = {"metadata": {"finalizers": [f for f in finalizers if f != finalizer]}}

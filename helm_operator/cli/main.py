@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -30,7 +31,22 @@ def _shard(args: argparse.Namespace) -> str | None:
     return shard
 
 
-def _serving(args: argparse.Namespace, shard: str | None) -> dict[str, Any]:
+def _ring(args: argparse.Namespace) -> Any:
+    """This instance's shard of a ControllerRing (``--controller-ring``), or None; bad names are a
+    start-up refusal."""
+    from helm_operator.config.sharding import Ring
+
+    if not args.controller_ring:
+        return None
+    ring = Ring(args.controller_ring, args.shard_name or socket.gethostname())
+    for problem in ring.problems():
+        print(f"helm-operator: {problem}", file=sys.stderr)
+    if ring.problems():
+        raise Refused(EXIT_CONFIG)
+    return ring
+
+
+def _serving(args: argparse.Namespace, shard: str | None, ring: Any = None) -> dict[str, Any]:
     """Endpoints and leader election from the flags; a bad value is a start-up refusal."""
     from helm_operator.config.sharding import lease_name
     from helm_operator.runtime.leader import LeaderSettings, default_namespace
@@ -43,7 +59,17 @@ def _serving(args: argparse.Namespace, shard: str | None) -> dict[str, Any]:
         print(f"helm-operator: {exc}", file=sys.stderr)
         raise Refused(EXIT_CONFIG) from None
     leader = None
-    if args.leader_elect:
+    if ring is not None:  # its own Lease, named as the shard, in the ring: the sharder's contract
+        leader = LeaderSettings(
+            namespace=args.leader_election_namespace or default_namespace(),
+            name=ring.shard,
+            identity=ring.shard,
+            labels={ring.LEASE_LABEL: ring.name},
+            lease_duration=args.leader_election_lease_duration,
+            renew_deadline=args.leader_election_renew_deadline,
+            retry_period=args.leader_election_retry_period,
+        )
+    elif args.leader_elect:
         leader = LeaderSettings(
             namespace=args.leader_election_namespace or default_namespace(),
             # The replicas of one shard elect their leader among themselves.
@@ -66,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
     ]
     try:
-        shard = _shard(args)
+        shard, ring = _shard(args), _ring(args)
         app = build_app(
             args,
             namespaces=namespaces,
@@ -74,7 +100,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             retry=RetryPolicy(base=args.retry_base, cap=args.retry_cap, max_failures=args.max_retries),
             chart_cache=Path(args.chart_cache),
             shard=shard,
-            **_serving(args, shard),
+            ring=ring,
+            **_serving(args, shard, ring),
         )
     except Refused as exc:
         return exc.code
@@ -320,10 +347,23 @@ def build_parser() -> argparse.ArgumentParser:
         '(static sharding; "" is --unsharded)',
     )
     sharding.add_argument(
+        "--controller-ring",
+        metavar="RING",
+        help="dynamic sharding: be one shard of this ControllerRing of the controller-sharding sharder "
+        "(hold a Lease named --shard-name labelled with the ring, serve only the resources the sharder "
+        "assigns to it, hand back those it drains); replaces --leader-elect",
+    )
+    sharding.add_argument(
         "--unsharded",
         action="store_true",
         help="serve only the custom resources without the sharding.helm-operator.io/shard label "
         "(beside instances started with --shard)",
+    )
+    run.add_argument(
+        "--shard-name",
+        default=None,
+        help="with --controller-ring: this shard's name, its Lease's name and holderIdentity (default: "
+        "the host name, i.e. the Pod's name)",
     )
     run.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="json: one object per line"

@@ -15,6 +15,7 @@ label on its objects and its release record along with it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 SHARD_LABEL = "sharding.helm-operator.io/shard"
@@ -77,3 +78,52 @@ def describe(shard: Shard) -> str:
     if shard == UNSHARDED:
         return f"unsharded: only resources without the {SHARD_LABEL} label"
     return f"shard {shard}: only resources labelled {SHARD_LABEL}={shard}"
+
+
+RING_PREFIX = "alpha.sharding.timebertt.dev"
+
+
+@dataclass(frozen=True)
+class Ring:
+    """Dynamic sharding: this instance is one shard of a ``ControllerRing`` of the
+    controller-sharding sharder (github.com/timebertt/kubernetes-controller-sharding), which
+    assigns each custom resource to a shard by labelling it. The contract an instance honours:
+
+    * it holds its own Lease, named ``shard`` with ``holderIdentity`` = ``shard`` and labelled
+      ``LEASE_LABEL=<ring>``, and acts only while it holds it (the sharder counts the shard as
+      available while the Lease is current);
+    * it watches only resources labelled ``shard_label=<shard>``;
+    * when the sharder adds ``drain_label`` to one of them, it stops acting for it and removes both
+      labels; only then does the sharder assign it to another shard.
+
+    A move changes neither the release nor its digest: no new revision.
+    """
+
+    name: str  # the ControllerRing
+    shard: str  # this instance: its Lease's name and holderIdentity
+
+    LEASE_LABEL = f"{RING_PREFIX}/controllerring"
+
+    @property
+    def shard_label(self) -> str:
+        return f"shard.{RING_PREFIX}/{self.name}"
+
+    @property
+    def drain_label(self) -> str:
+        return f"drain.{RING_PREFIX}/{self.name}"
+
+    def expression(self) -> dict[str, Any]:
+        """The ring's selector for this shard's resources, as a ``matchExpressions`` entry."""
+        return {"key": self.shard_label, "operator": "In", "values": [self.shard]}
+
+    def problems(self) -> list[str]:
+        """What the sharder or the API server would refuse in these names."""
+        out = []
+        if len(self.name) > 63 or not _DNS_LABEL.fullmatch(self.name):
+            out.append(f"--controller-ring {self.name!r} is not a DNS label (at most 63 characters)")
+        if len(self.shard) > 63 or not _DNS_LABEL.fullmatch(self.shard):
+            out.append(
+                f"--shard-name {self.shard!r} is not a DNS label of at most 63 characters (it names the "
+                "shard's Lease and is a label value)"
+            )
+        return out

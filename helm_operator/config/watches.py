@@ -19,7 +19,7 @@ import yaml
 
 from helm_operator.config import sharding
 from helm_operator.config.charts import ChartRef
-from helm_operator.config.sharding import Shard
+from helm_operator.config.sharding import Ring, Shard
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -82,6 +82,7 @@ class Watch:
     allow_cluster_scoped: bool = False  # a namespaced resource may create cluster-scoped objects
     source: str = ""  # "watches.yaml: entry 2", for errors found after loading
     shard: Shard = None  # the instance's static shard (``sharded``); None: not sharded
+    ring: Ring | None = None  # the instance's shard of a ControllerRing (``in_ring``); None: none
 
     @property
     def api_version(self) -> str:
@@ -462,6 +463,16 @@ def sharded(watch: Watch, shard: Shard) -> Watch:
     selector = dict(watch.selector)
     selector["matchExpressions"] = [*(selector.get("matchExpressions") or ()), sharding.expression(shard)]
     return replace(watch, selector=selector, shard=shard)
+
+
+def in_ring(watch: Watch, ring: Ring | None) -> Watch:
+    """The watch as one shard of a ControllerRing runs it: its selector also requires the sharder's
+    assignment to this shard (kopf's listing and watch, the start-up listing, the client side)."""
+    if ring is None:
+        return watch
+    selector = dict(watch.selector)
+    selector["matchExpressions"] = [*(selector.get("matchExpressions") or ()), ring.expression()]
+    return replace(watch, selector=selector, ring=ring)
 
 
 def resolve(watch: Watch, plural: str, namespaced: bool) -> Watch:

@@ -62,6 +62,12 @@ class Toolchain:
     kubelet: Path
     kube_proxy: Path
     coredns: Path
+    sharder: Path  # the controller-sharding sharder (dynamic shards); its CRD beside it
+
+    @property
+    def controllerring_crd(self) -> Path:
+        """The ControllerRing CRD of the sharder's module, as the bootstrap copied it."""
+        return self.sharder.parent / "controllerrings-crd.yaml"
 
     @classmethod
     def discover(cls) -> Toolchain:
@@ -88,6 +94,7 @@ class Toolchain:
             kubelet=kubenode / "kubelet",
             kube_proxy=kubenode / "kube-proxy",
             coredns=Path(os.environ.get("HELM_OPERATOR_COREDNS", comp("coredns", "COREDNS") / "coredns")),
+            sharder=Path(os.environ.get("HELM_OPERATOR_SHARDER_DIR", comp("sharder", "SHARDER"))) / "sharder",
         )
 
     @property

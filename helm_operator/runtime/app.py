@@ -36,8 +36,8 @@ from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
-from helm_operator.config.sharding import Shard, describe
-from helm_operator.config.watches import Watch, resolve, selector_matches, selector_query, sharded
+from helm_operator.config.sharding import Ring, Shard, describe
+from helm_operator.config.watches import Watch, in_ring, resolve, selector_matches, selector_query, sharded
 from helm_operator.core.lease import Gate, open_gate
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
@@ -77,6 +77,7 @@ class Settings:
     leader: LeaderSettings | None = None  # None: no election, this process acts at once
     hooks: Mapping[str, Hooks] = field(default_factory=dict)  # watch key -> its loaded hook module
     shard: Shard = None  # static sharding (``config.sharding``): None serves every resource
+    ring: Ring | None = None  # dynamic sharding: this instance's shard of a ControllerRing
 
 
 def _kube_configuration(kubeconfig: str | None) -> client.Configuration:
@@ -227,9 +228,8 @@ class App:
                 if served is None:
                     waiting.append(w)
                 else:
-                    resolved.append(
-                        sharded(resolve(w, served.plural, served.namespaced), self.settings.shard)
-                    )
+                    found = resolve(w, served.plural, served.namespaced)
+                    resolved.append(in_ring(sharded(found, self.settings.shard), self.settings.ring))
             pending = waiting
             if pending:
                 if time.monotonic() - last_log >= CRD_WAIT_LOG_EVERY:
@@ -400,7 +400,11 @@ class App:
             notice_what_appears_while_listing()
             # No `helm version` here: a restart must not start a single helm process when nothing changed.
             names = ", ".join(self.settings.namespaces) or "all"
-            log.info("helm: %s; namespaces: %s; %s", self.settings.helm, names, describe(self.settings.shard))
+            ring = self.settings.ring
+            serves = (
+                f"shard {ring.shard} of ControllerRing {ring.name}" if ring else describe(self.settings.shard)
+            )
+            log.info("helm: %s; namespaces: %s; %s", self.settings.helm, names, serves)
             kopf.run(
                 registry=self.registry,
                 clusterwide=not self.settings.namespaces,

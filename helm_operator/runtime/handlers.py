@@ -195,7 +195,29 @@ class Handlers:
         key = resource_key(self.watch, meta.namespace, meta.name)
         with self._handling(meta.namespace, meta.name), self.resyncs.handled(key):
             async with _api_errors_as_retries(retry):
+                ring = self.watch.ring
+                if ring is not None and ring.drain_label in (meta.labels or {}):
+                    await self._drain(meta)
+                    return
                 await self._change(spec, status, meta)
+
+    async def _drain(self, meta: kopf.Meta) -> None:
+        """The sharder moves this resource to another shard: stop acting for it, then hand it back
+        by removing the drain and shard labels (kopf runs this after any handler of the resource
+        still in flight, so no action of this shard overlaps the next shard's)."""
+        ring = self.watch.ring
+        assert ring is not None
+        self._forget(meta.namespace, meta.name)
+        ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
+        keys = (ring.drain_label, ring.shard_label)
+        await asyncio.to_thread(self.runtime.kube.remove_labels, ref, self.watch.served_plural, keys)
+        log.info(
+            "%s %s/%s drained: handed back to ControllerRing %s",
+            self.watch.kind,
+            meta.namespace or "",
+            meta.name,
+            ring.name,
+        )
 
     async def _change(self, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta) -> None:
         if meta.get("deletionTimestamp"):
@@ -244,6 +266,9 @@ class Handlers:
                     self.resyncs.forget(key)
                     return
                 if fresh["metadata"].get("deletionTimestamp"):
+                    return
+                ring = self.watch.ring
+                if ring is not None and ring.drain_label in labels:  # kopf's handler hands it back
                     return
                 body = kopf.Body(cast(Any, fresh))
                 await self._change(body.spec, body.status, body.meta)

@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,8 @@ class LeaderSettings:
     renew_deadline: int = 10  # seconds a leader keeps trying to renew before it gives up
     retry_period: int = 2
     identity: str = field(default_factory=_identity)
+    # Labels the Lease carries (a ControllerRing's shard Lease names its ring: the sharder finds it so).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """What the client library would reject (it calls sys.exit); said as flag errors instead."""
@@ -110,14 +112,32 @@ class _Lock(LeaseLock):
 
     def __init__(self, api: client.ApiClient, settings: LeaderSettings) -> None:
         super().__init__(settings.name, settings.namespace, settings.identity)
+        self.labels = dict(settings.labels)
         self.api_instance = _LeaseApi(api, timeout=max(1.0, settings.renew_deadline / 2))
         self.released = threading.Event()
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
-        return False if self.released.is_set() else bool(super().create(name, namespace, election_record))
+        if self.released.is_set():
+            return False
+        if not self.labels:
+            return bool(super().create(name, namespace, election_record))
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=name, labels=dict(self.labels)),
+            spec=self.get_lease_spec(election_record),
+        )
+        try:
+            self.lease_reference = self.api_instance.create_namespaced_lease(namespace, body)
+            return True
+        except ApiException:
+            return False
 
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
-        return False if self.released.is_set() else bool(super().update(name, namespace, updated_record))
+        if self.released.is_set():
+            return False
+        lease = self.lease_reference
+        if self.labels and lease is not None and lease.metadata is not None:  # a Lease made without them
+            lease.metadata.labels = {**(lease.metadata.labels or {}), **self.labels}
+        return bool(super().update(name, namespace, updated_record))
 
 
 class _Election(leaderelection.LeaderElection):

@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import kopf
@@ -221,3 +222,65 @@ def test_the_sweep_of_terminating_namespaces_finishes_only_what_the_instance_sel
     watch = sharded(WATCH, "a")
     asyncio.run(sweeper._sweep_once(runtime, [watch, WATCH], ["gone"], None, None))  # type: ignore[arg-type]
     assert asked == [f"team=x,{SHARD_LABEL} in (a)", "team=x"]
+
+
+def test_a_ring_shard_selects_what_the_sharder_assigned_to_it_and_names_its_labels() -> None:
+    from helm_operator.config.sharding import Ring
+    from helm_operator.config.watches import in_ring
+
+    ring = Ring("tinies", "pod-7")
+    assert ring.shard_label == "shard.alpha.sharding.timebertt.dev/tinies"
+    assert ring.drain_label == "drain.alpha.sharding.timebertt.dev/tinies"
+    assert Ring.LEASE_LABEL == "alpha.sharding.timebertt.dev/controllerring"
+    watch = in_ring(WATCH, ring)
+    assert watch.ring == ring and watch.shard is None  # a move is no new digest
+    assert selector_query(watch.selector) == f"team=x,{ring.shard_label} in (pod-7)"
+    assert selector_matches(
+        watch.selector, {"team": "x", ring.shard_label: "pod-7", ring.drain_label: "true"}
+    )
+    assert not selector_matches(watch.selector, {"team": "x", ring.shard_label: "pod-8"})
+    assert in_ring(WATCH, None) is WATCH
+    assert Ring("x" * 64, "Pod_1").problems() == [
+        f"--controller-ring {'x' * 64!r} is not a DNS label (at most 63 characters)",
+        "--shard-name 'Pod_1' is not a DNS label of at most 63 characters (it names the shard's Lease "
+        "and is a label value)",
+    ]
+
+
+def test_a_shard_lease_carries_the_ring_label_when_created_and_renewed() -> None:
+    from kubernetes import client
+
+    from helm_operator.runtime.leader import LeaderSettings, _Lock
+
+    created: list[Any] = []
+
+    class Api:
+        def create_namespaced_lease(self, namespace: str, body: Any, **_: Any) -> Any:
+            created.append(body)
+            return body
+
+    settings = LeaderSettings("ns", name="pod-7", identity="pod-7", labels={"ring": "tinies"})
+    lock = _Lock(client.ApiClient(), settings)
+    lock.api_instance = Api()  # type: ignore[assignment]
+    now = "2026-11-26 20:00:00.000000"
+    record = SimpleNamespace(holder_identity="pod-7", lease_duration=15, acquire_time=now, renew_time=now)
+    assert lock.create("pod-7", "ns", record)
+    assert created[0].metadata.labels == {"ring": "tinies"} and created[0].metadata.name == "pod-7"
+    assert created[0].spec.holder_identity == "pod-7"
+    # A Lease made before (without the label) gets it at the next renewal.
+    lock.lease_reference = client.V1Lease(metadata=client.V1ObjectMeta(name="pod-7", labels={"other": "x"}))
+    lock.api_instance = SimpleNamespace(replace_namespaced_lease=lambda **kw: kw)  # type: ignore[assignment]
+    assert lock.update("pod-7", "ns", record)
+    assert lock.lease_reference.metadata.labels == {"other": "x", "ring": "tinies"}
+
+
+def test_bad_ring_names_are_start_up_errors(tmp_path: Path) -> None:
+    (tmp_path / "watches.yaml").write_text("[]\n")
+    proc = run("run", "--watches-file", str(tmp_path / "watches.yaml"), "--controller-ring", "Ring_1")
+    assert proc.returncode == 2 and "--controller-ring 'Ring_1' is not a DNS label" in proc.stderr, (
+        proc.stderr
+    )
+    both = run(
+        "run", "--watches-file", str(tmp_path / "watches.yaml"), "--controller-ring", "r", "--shard", "a"
+    )
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
