@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from helm_operator.config.sharding import shard_problem
+from helm_operator.config.sharding import Ring, shard_problem
 from helm_operator.config.watches import WatchesError
 from helm_operator.scaffold import init, rbac, sources
 
@@ -38,6 +38,12 @@ def register(sub: Any) -> None:
         metavar="NAMES",
         help="static shards, comma-separated (e.g. a,b,c): a Deployment per shard running "
         "`run --shard NAME`, and one running `run --unsharded` for resources without the shard label",
+    )
+    p.add_argument(
+        "--controller-ring",
+        metavar="RING",
+        help="dynamic shards: the replicas run `run --controller-ring RING` (each its own shard) "
+        "instead of electing a leader",
     )
     p.add_argument("--force", action="store_true", help="overwrite files that already exist")
     p.set_defaults(func=cmd_init)
@@ -76,6 +82,12 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--extra-rules", metavar="FILE", help="YAML list of PolicyRules to add (e.g. for hooks)")
     r.add_argument(
+        "--controller-ring",
+        metavar="RING",
+        help="dynamic shards (`run --controller-ring RING`): also the ControllerRing of the watched kinds "
+        "and the sharder's right to list and patch them",
+    )
+    r.add_argument(
         "--escalate",
         action="store_true",
         help="grant escalate/bind on roles instead of holding the charts' role permissions "
@@ -97,7 +109,20 @@ def cmd_init(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    project = init.Project(directory=directory, name=name, image=args.image or f"{name}:dev", shards=shards)
+    if shards and args.controller_ring:
+        print("helm-operator init: --shards and --controller-ring exclude each other", file=sys.stderr)
+        return EXIT_CONFIG
+    ring_problems = Ring(args.controller_ring, "x").problems() if args.controller_ring else []
+    if ring_problems:
+        print(f"helm-operator init: {ring_problems[0]}", file=sys.stderr)
+        return EXIT_CONFIG
+    project = init.Project(
+        directory=directory,
+        name=name,
+        image=args.image or f"{name}:dev",
+        shards=shards,
+        ring=args.controller_ring,
+    )
     try:
         written = init.write(project, force=args.force)
     except init.InitError as exc:
@@ -121,7 +146,7 @@ def _command(args: argparse.Namespace) -> str:
     for flag in ("watch_namespace", "values"):
         for value in getattr(args, flag):
             words += ["--" + flag.replace("_", "-"), value]
-    for flag in ("name", "operator_namespace", "samples", "crds", "extra_rules", "out"):
+    for flag in ("name", "operator_namespace", "samples", "crds", "extra_rules", "controller_ring", "out"):
         if getattr(args, flag):
             words += ["--" + flag.replace("_", "-"), getattr(args, flag)]
     return " ".join(words)
@@ -152,6 +177,7 @@ def cmd_rbac(args: argparse.Namespace) -> int:
             watch_namespaces=args.watch_namespace,
             name=args.name,
             namespace=args.operator_namespace,
+            controller_ring=args.controller_ring,
         )
         generated = sources.generate_project(options)
         docs = generated.docs

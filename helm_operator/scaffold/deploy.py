@@ -48,6 +48,8 @@ class Deploy:
     # Static shards: a Deployment per shard (``run --shard NAME``) and one for the resources
     # without the shard label (``--unsharded``); empty: one Deployment serving every resource.
     shards: tuple[str, ...] = ()
+    # Dynamic shards: every replica is a shard of this ControllerRing (its Pod name names its Lease).
+    ring: str | None = None
 
 
 def _meta(d: Deploy, name: str | None = None, namespaced: bool = True) -> dict[str, Any]:
@@ -89,7 +91,7 @@ def deployment(d: Deploy, shard: str | None = None) -> dict[str, Any]:
         "image": d.image,
         "imagePullPolicy": "IfNotPresent",
         "args": [
-            "--leader-elect",
+            *([f"--controller-ring={d.ring}"] if d.ring else ["--leader-elect"]),
             *sharding,
             f"--metrics-bind-address=:{d.metrics_port}",
             f"--health-probe-bind-address=:{d.probe_port}",

@@ -33,6 +33,7 @@ class Project:
     image: str
     version: str = __version__  # the helm-operator release the Dockerfile installs
     shards: tuple[str, ...] = ()  # static shards: a Deployment per shard, and an unsharded one
+    ring: str | None = None  # dynamic shards: the replicas are shards of this ControllerRing
 
 
 def default_name(directory: Path) -> str:
@@ -96,7 +97,7 @@ A Kubernetes operator made of Helm charts, run by helm-operator {p.version}.
 
 def files(p: Project) -> dict[str, str]:
     """Every file of the new project, by path relative to its folder."""
-    d = deploy.Deploy(name=p.name, namespace=f"{p.name}-system", image=p.image, shards=p.shards)
+    d = deploy.Deploy(name=p.name, namespace=f"{p.name}-system", image=p.image, shards=p.shards, ring=p.ring)
     identity = rbac.Identity(name=d.name, namespace=d.namespace, service_account=d.name)
     out = {
         "watches.yaml": WATCHES,

@@ -756,6 +756,39 @@ def manifests(
     return docs
 
 
+SHARDER_ACCOUNT = ("sharding-system", "sharder")  # the sharder's ServiceAccount as its project installs it
+
+
+def controller_ring(name: str, resources: Sequence[ApiResource], identity: Identity) -> list[dict[str, Any]]:
+    """Dynamic shards (``run --controller-ring NAME``): the ``ControllerRing`` naming the watched
+    kinds, and what the sharder needs to move their objects between shards (list and patch them:
+    the sharder is granted per ring, not cluster-admin)."""
+    kinds = sorted({(r.group, r.plural) for r in resources})
+    ring = {
+        "apiVersion": "sharding.timebertt.dev/v1alpha1",
+        "kind": "ControllerRing",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": identity.name}},
+        "spec": {"resources": [{"group": g, "resource": p} for g, p in kinds]},
+    }
+    role_name = f"sharding:controllerring:{name}"
+    by_group: dict[str, list[str]] = {}
+    for g, p in kinds:
+        by_group.setdefault(g, []).append(p)
+    policy = [
+        {"apiGroups": Flow([g]), "resources": Flow(ps), "verbs": Flow(["list", "patch"])}
+        for g, ps in sorted(by_group.items())
+    ]
+    namespace, account = SHARDER_ACCOUNT
+    binding = {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": _meta(role_name, identity),
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+    return [ring, _role("ClusterRole", role_name, policy, identity, None), binding]
+
+
 def render_yaml(docs: Sequence[Mapping[str, Any]], command: str, notes: Sequence[str] = ()) -> str:
     """The manifests as one YAML stream under a header saying how to regenerate them (and the
     ``notes`` a reviewer must see, such as cluster-wide rights on CRDs)."""

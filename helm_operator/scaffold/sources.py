@@ -175,6 +175,7 @@ class Options:
     watch_namespaces: Sequence[str] = ()
     name: str | None = None
     namespace: str | None = None
+    controller_ring: str | None = None  # also the ControllerRing of the watched kinds (dynamic shards)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -272,4 +273,24 @@ def generate_project(options: Options) -> Generated:
     if options.namespace_scoped:
         release_namespaces = [n for n in namespaces.values() if n]
         scoped = [*(options.watch_namespaces or [identity.namespace]), *release_namespaces]
-    return Generated(rbac.manifests(derived.grants, identity, scoped), identity, derived.notes())
+    docs = rbac.manifests(derived.grants, identity, scoped)
+    if options.controller_ring:
+        docs += rbac.controller_ring(options.controller_ring, _ring_resources(watches, crds), identity)
+    return Generated(docs, identity, derived.notes())
+
+
+def _ring_resources(
+    watches: Sequence[Watch], crds: Mapping[tuple[str, str], rbac.ApiResource]
+) -> list[rbac.ApiResource]:
+    """The watched kinds as the API serves them (group and plural), from crds/ or watches.yaml."""
+    found = []
+    for w in watches:
+        known = crds.get((w.group, w.kind))
+        plural = w.plural or (known.plural if known else None)
+        if plural is None:
+            raise RbacError(
+                f"the ControllerRing needs the plural of {w.kind} ({w.api_version}): put its CRD in "
+                "crds/ or set plural in watches.yaml"
+            )
+        found.append(rbac.ApiResource(w.group, plural, w.scope != "Cluster"))
+    return found

@@ -284,3 +284,37 @@ def test_bad_ring_names_are_start_up_errors(tmp_path: Path) -> None:
         "run", "--watches-file", str(tmp_path / "watches.yaml"), "--controller-ring", "r", "--shard", "a"
     )
     assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
+
+
+def test_rbac_writes_the_controller_ring_of_the_watched_kinds_and_the_sharders_rights() -> None:
+    from helm_operator.scaffold import rbac, sources
+
+    crds = {("g.example.com", "Tiny"): rbac.ApiResource("g.example.com", "tinies", True)}
+    other = Watch("h.example.com", "v1", "Box", CHART, plural="boxen")
+    resources = sources._ring_resources([WATCH, other], crds)
+    ring, role, binding = rbac.controller_ring("tinies", resources, rbac.Identity())
+    assert ring["kind"] == "ControllerRing" and ring["metadata"]["name"] == "tinies"
+    assert ring["spec"]["resources"] == [
+        {"group": "g.example.com", "resource": "tinies"},
+        {"group": "h.example.com", "resource": "boxen"},
+    ]
+    assert [dict(r) for r in role["rules"]] == [
+        {"apiGroups": ["g.example.com"], "resources": ["tinies"], "verbs": ["list", "patch"]},
+        {"apiGroups": ["h.example.com"], "resources": ["boxen"], "verbs": ["list", "patch"]},
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "sharding:controllerring:tinies"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sharder", "namespace": "sharding-system"}
+    ]
+    with pytest.raises(rbac.RbacError, match="plural of Box"):
+        sources._ring_resources([Watch("h.example.com", "v1", "Box", CHART)], {})
+
+
+def test_init_with_a_controller_ring_deploys_replicas_that_are_shards(tmp_path: Path) -> None:
+    ok = run("init", str(tmp_path / "op"), "--controller-ring", "tinies")
+    assert ok.returncode == 0, ok.stderr
+    (doc,) = yaml.safe_load_all((tmp_path / "op/config/03-deployment.yaml").read_text())
+    args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "--controller-ring=tinies" and "--leader-elect" not in args
+    both = run("init", str(tmp_path / "other"), "--controller-ring", "tinies", "--shards", "a")
+    assert both.returncode == 2 and "exclude each other" in both.stderr, both.stderr
