@@ -4,8 +4,6 @@ digests, the flags that start it, and the manifests that deploy one Deployment p
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,6 +29,8 @@ from helm_operator.runtime.actions import ActionContext, _apply
 from helm_operator.runtime.desired import Target
 from helm_operator.runtime.handlers import configure
 from helm_operator.scaffold import deploy
+
+from .test_cli import run  # the command as a user runs it, no cluster
 
 CHART = ChartRef("tiny", Path("/charts/tiny"))
 WATCH = Watch(
@@ -151,16 +151,6 @@ def test_the_release_record_is_labelled_for_the_shard(
     (call,) = helm.calls
     assert {k: v for k, v in call["labels"].items() if k == SHARD_LABEL} == labels
     assert call["unset_labels"] == unset
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "helm_operator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin", "KUBECONFIG": "/nonexistent"},
-    )
 
 
 def test_a_bad_shard_or_both_flags_are_start_up_errors(tmp_path: Path) -> None:
