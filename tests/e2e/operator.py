@@ -7,8 +7,10 @@ appends each invocation to a log and then execs the real helm binary: the counti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -39,9 +41,21 @@ def shipped_watches() -> list[dict[str, Any]]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port to listen on, below the kernel's ephemeral range: a port the kernel hands out (bind
+    to 0) is also what it picks for outgoing connections, and one of the many kubectl, helm and
+    client connections of a test run took it between this choice and the operator's bind."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 10000 and {low}")
 
 
 def metrics(port: int) -> dict[str, float]:

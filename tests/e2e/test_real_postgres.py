@@ -214,7 +214,7 @@ done
 # Every instance asked directly, each by its own loop: "<epoch> <ordinal> <t|f|down>" (t: in
 # recovery, a standby; f: writable, a primary).
 OBSERVER = r"""
-for i in 0 1 2; do
+for i in 0 0 1 1 2 2; do  # two readers per instance: one psql per read is slow on a busy machine
   ( while true; do
       r=$(psql "host=$NAME-$i.$HEADLESS user=postgres dbname=postgres connect_timeout=1" -tAqc \
             "SELECT pg_is_in_recovery()" 2>/dev/null) || r=down
