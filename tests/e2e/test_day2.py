@@ -196,4 +196,8 @@ def test_bad_day2_input_is_precise_and_blocks_nothing_else(operator: OperatorPro
     # (The chart's own values.schema.json refuses these values too: Ready says so, separately.)
     res.wait_condition(PG, "fine", "Ready", timeout=120)
     assert res.condition(PG, "fine", "Day2")["status"] == "True"
-    assert day2(res, "fine")["schedules"]["backup"]["schedule"] == "0 2 * * *"
+    # The schedule's own task writes its state once it holds the release's lock, after the install.
+    armed = eventually(
+        lambda: day2(res, "fine").get("schedules", {}).get("backup"), timeout=30, what="the schedule armed"
+    )
+    assert armed["schedule"] == "0 2 * * *", armed
