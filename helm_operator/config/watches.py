@@ -17,12 +17,13 @@ from typing import Any, Literal
 
 import yaml
 
-from helm_operator.config import sharding
+from helm_operator.config import maintenance, sharding
 from helm_operator.config.charts import ChartRef
+from helm_operator.config.durations import parse_duration
+from helm_operator.config.maintenance import Maintenance
 from helm_operator.config.sharding import Ring, Shard
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _ENV_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -83,6 +84,9 @@ class Watch:
     source: str = ""  # "watches.yaml: entry 2", for errors found after loading
     shard: Shard = None  # the instance's static shard (``sharded``); None: not sharded
     ring: Ring | None = None  # the instance's shard of a ControllerRing (``in_ring``); None: none
+    maintenance: Maintenance = field(
+        default_factory=Maintenance
+    )  # when changes may be applied (no windows: any time)
 
     @property
     def api_version(self) -> str:
@@ -98,28 +102,6 @@ class Watch:
     def key(self) -> str:
         """A short identifier used in logs, metrics and handler ids."""
         return f"{self.kind}.{self.version}.{self.group}"
-
-
-def parse_duration(value: Any) -> float:
-    """Go-style durations (``90s``, ``1m30s``, ``2h``) or a bare number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError
-        return float(value)
-    if not isinstance(value, str) or not value:
-        raise ValueError
-    pos, total = 0, 0.0
-    factor = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for m in _DURATION_PART.finditer(value):
-        if m.start() != pos:
-            raise ValueError
-        total += float(m.group(1)) * factor[m.group(2)]
-        pos = m.end()
-    if pos != len(value):
-        raise ValueError
-    return total
 
 
 def expand_env(value: Any, env: Mapping[str, str], where: str = "") -> Any:
@@ -232,6 +214,7 @@ _KNOWN_FIELDS = {
     "driftTrustedManagers",
     "allowedNamespaces",
     "allowClusterScoped",
+    "maintenance",
 }
 
 
@@ -364,6 +347,13 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
     if not isinstance(allowed, list) or not all(isinstance(n, str) and n for n in allowed):
         raise fail("allowedNamespaces", "expected a list of namespace names or globs")
 
+    windows = Maintenance()
+    if raw.get("maintenance") is not None:
+        try:
+            windows = maintenance.from_config(raw["maintenance"])
+        except maintenance.WindowError as exc:
+            raise fail(".".join(("maintenance", *exc.where)), exc.message) from None
+
     return Watch(
         group=group,
         version=version,
@@ -386,6 +376,7 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         drift_trusted_managers=tuple(trusted),
         allowed_namespaces=tuple(allowed),
         allow_cluster_scoped=boolean("allowClusterScoped", False),
+        maintenance=windows,
         source=f"{path}: entry {index}",
     )
 

@@ -15,6 +15,10 @@ DIGEST_LABEL = "helm-operator.io/digest"  # on Helm's release record: the desire
 REVISION_LABEL = "helm-operator.io/revision"
 FINALIZER = "helm-operator.io/uninstall"
 DRIFT_ANNOTATION = "helm-operator.io/drift"  # "warn": report only; "disabled": no checks
+# A resource's own maintenance windows ("<cron> <duration> [<zone>]; …" or "always").
+WINDOWS_ANNOTATION = "helm-operator.io/maintenance-windows"
+# Apply a waiting change now, outside the windows: once per new value of the annotation.
+WINDOW_OVERRIDE_ANNOTATION = "helm-operator.io/apply-outside-window"
 # Helm's own field manager (helm 4 applies server-side as "helm", helm 3 updates as "helm"): drift
 # corrections made under this name never conflict with the next `helm upgrade`.
 HELM_FIELD_MANAGER = "helm"

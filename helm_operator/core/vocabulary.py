@@ -22,6 +22,7 @@ class ConditionType(StrEnum):
     RELEASED = "Released"
     REMEDIATED = "Remediated"
     DRIFTED = "Drifted"
+    UPGRADE_PENDING = "UpgradePending"  # a change waits for a maintenance window
     DAY2 = "Day2"
 
 
@@ -57,6 +58,12 @@ class Reason(StrEnum):
     CLEANED_UP = "CleanedUp"
     CLEANUP_FAILED = "CleanupFailed"
     HEALTHY = "Healthy"
+    # maintenance windows
+    UPGRADE_PENDING = "UpgradePending"  # Ready's reason while a change waits: the release runs as before
+    OUTSIDE_MAINTENANCE_WINDOW = "OutsideMaintenanceWindow"
+    NOTHING_PENDING = "NothingPending"
+    WINDOW_OVERRIDDEN = "WindowOverridden"
+    INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
     # drift and the workloads' part of Ready
     NO_DRIFT = "NoDrift"
     DRIFT_DETECTED = "DriftDetected"

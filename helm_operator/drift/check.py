@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 from collections import OrderedDict
@@ -24,9 +25,10 @@ import yaml
 
 from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.metrics import DRIFT_CORRECTIONS, DRIFT_DETECTED
+from helm_operator.config.maintenance import WindowError
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner
-from helm_operator.core.naming import DRIFT_ANNOTATION
+from helm_operator.core.naming import DRIFT_ANNOTATION, WINDOWS_ANNOTATION
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, Reason
 from helm_operator.drift.diff import (
     ObjectDrift,
@@ -40,6 +42,7 @@ from helm_operator.drift.diff import (
 from helm_operator.release.health import WORKLOAD_KINDS, Health, assess
 from helm_operator.release.record import ObjectId, StoredRelease, object_id
 from helm_operator.release.state import DRIFT_MODES, Drift
+from helm_operator.release.windows import effective as windows_of
 
 MODES = DRIFT_MODES
 WORKLOADS_NOT_READY = Reason.WORKLOADS_NOT_READY
@@ -286,6 +289,22 @@ def events_for(watch: Watch, report: DriftReport) -> list[Event]:
     return events
 
 
-def mode_of(annotations: Mapping[str, str]) -> str:
+def mode_of(
+    annotations: Mapping[str, str], watch: Watch | None = None, now: dt.datetime | None = None
+) -> str:
+    """The resource's drift mode: its annotation's, and only "warn" (report, not correct) outside
+    its maintenance windows where they say ``driftOutsideWindows: report``."""
     mode = annotations.get(DRIFT_ANNOTATION, "enabled")
-    return mode if mode in MODES else "enabled"
+    mode = mode if mode in MODES else "enabled"
+    if (
+        mode == "enabled"
+        and watch is not None
+        and (watch.maintenance.limited or WINDOWS_ANNOTATION in annotations)
+    ):
+        try:
+            windows = windows_of(watch.maintenance, annotations)
+        except WindowError:  # the reconcile reports it; the watch's own rule holds meanwhile
+            windows = watch.maintenance
+        if windows.drift == "report" and not windows.open_at(now or dt.datetime.now(dt.UTC)):
+            return "warn"
+    return mode

@@ -79,7 +79,7 @@ class DriftChecker:
         release = await self._deployed(watch, ident, None)
         if release is None:
             return None
-        report = await compare_release(self.kube, watch, release, mode_of(annotations), self.memory)
+        report = await compare_release(self.kube, watch, release, mode_of(annotations, watch), self.memory)
         if not report.drifts:  # (in "disabled" mode nothing is compared, and nothing counts as drift)
             self.clean.add(ident.owner)
         return report
@@ -110,7 +110,7 @@ class DriftChecker:
         if release is None:
             return None
         return DriftReport(
-            mode_of(annotations), health=await workload_health(self.kube, release), compared=False
+            mode_of(annotations, watch), health=await workload_health(self.kube, release), compared=False
         )
 
     async def _deployed(
@@ -134,7 +134,7 @@ class DriftChecker:
         (any change of those objects would have triggered a check, and reset this)."""
         if self.paused.get(owner) or owner not in self.clean:
             return False
-        if mode_of(annotations) == "disabled":
+        if mode_of(annotations, watch) == "disabled":
             return True
         return (
             self.dependents is not None and watch.watch_dependent_resources and self.dependents.healthy(owner)

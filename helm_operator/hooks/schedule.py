@@ -17,12 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from croniter import croniter
-
+from helm_operator.config import cron
+from helm_operator.config.cron import FIELDS
 from helm_operator.hooks.errors import InvalidSpec
 
-FIELDS = "minute hour day-of-month month day-of-week"
-NICKNAMES = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 MAX_NAME = 63  # Job names end up in a pod label, limited to 63 characters
 MISSED_COUNT_CAP = 1000
 EVERY = "@every "
@@ -34,18 +32,9 @@ def check_cron(expr: Any, path: str) -> str:
     if not isinstance(expr, str) or not expr.strip():
         raise InvalidSpec(path, f"must be a 5-field cron expression ({FIELDS}), not {expr!r}")
     text = expr.strip()
-    if text in NICKNAMES:
-        return text
-    fields = text.split()
-    if len(fields) != 5:
-        extra = " (seconds or years are not supported)" if len(fields) > 5 else ""
-        raise InvalidSpec(
-            path, f"{text!r} has {len(fields)} field(s); a standard cron has 5: {FIELDS}{extra}"
-        )
-    try:
-        croniter(text, dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
-    except (ValueError, KeyError) as exc:  # croniter's errors subclass ValueError
-        raise InvalidSpec(path, f"{text!r} is not a valid cron expression: {exc}") from None
+    wrong = cron.problem(text)
+    if wrong is not None:
+        raise InvalidSpec(path, wrong)
     return text
 
 
@@ -70,8 +59,7 @@ def slot_after(expr: str, t: dt.datetime) -> dt.datetime:
     step = _interval(expr)
     if step is not None:
         return dt.datetime.fromtimestamp((int(t.timestamp()) // step + 1) * step, dt.UTC)
-    nxt: dt.datetime = croniter(expr, t).get_next(dt.datetime)
-    return nxt.replace(fold=0)
+    return cron.fire_after(expr, t)
 
 
 def slot_at_or_before(expr: str, t: dt.datetime) -> dt.datetime:
@@ -79,10 +67,7 @@ def slot_at_or_before(expr: str, t: dt.datetime) -> dt.datetime:
     step = _interval(expr)
     if step is not None:
         return dt.datetime.fromtimestamp(int(t.timestamp()) // step * step, dt.UTC)
-    if croniter.match(expr, t.replace(second=0, microsecond=0)) and t.second == 0 and t.microsecond == 0:
-        return t
-    prev: dt.datetime = croniter(expr, t).get_prev(dt.datetime)
-    return prev.replace(fold=0)
+    return cron.fire_at_or_before(expr, t)
 
 
 def rfc3339(t: dt.datetime) -> str:

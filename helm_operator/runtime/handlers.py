@@ -230,6 +230,9 @@ class Handlers:
         done = await turn(self.runtime, cr, lambda: self.drift.track(watch, meta.namespace, meta.name))
         outcome = done.result.outcome
         self.states.set(watch.key, cr.ident.key, outcome.phase)
+        wake = done.result.wake_after  # e.g. a change waits for a window: look again when it opens
+        if wake is not None:
+            period = min(period, wake) if period > 0 else wake
         self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}, status=done.status), period)
         # Together, so that a scrape never sees one without the other.
         RECONCILES.labels(watch=watch.key, action=outcome.action or "none", result=outcome.phase).inc()

@@ -269,7 +269,7 @@ class Previewer:
                     change = replace(change, after=after)
             if change is not None:
                 changes.append(change)
-        mode = mode_of(cr.annotations)
+        mode = mode_of(cr.annotations, cr.watch)
         paused = ((cr.status.get("day2") or {}).get(DRIFT_PAUSED)) or None
         if changes and (mode != "enabled" or paused):
             why = f"drift correction is paused: {paused}" if paused else f"drift mode is {mode!r}"

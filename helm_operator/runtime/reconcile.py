@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -22,9 +23,10 @@ from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.config.charts import ChartInfo, ChartRef
+from helm_operator.config.maintenance import Maintenance, WindowError
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
-from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.core.naming import OWNER_LABEL, WINDOW_OVERRIDE_ANNOTATION, WINDOWS_ANNOTATION
 from helm_operator.core.values import user_values
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import DriftReport
@@ -36,9 +38,12 @@ from helm_operator.release.attempts import Attempts, attempts_from_status, next_
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
-from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan
+from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan, plan_drift
 from helm_operator.release.status import progress_patch, release_contribution
-from helm_operator.runtime.actions import ACTIONS, ActionContext, up_to_date
+from helm_operator.release.windows import Gate, gate, waiting_message
+from helm_operator.release.windows import contribution as window_contribution
+from helm_operator.release.windows import effective as windows_of
+from helm_operator.runtime.actions import ACTIONS, ActionContext, correct_drift, up_to_date
 from helm_operator.runtime.desired import Resource, Target, prepare
 from helm_operator.runtime.idle import status_digest, written
 from helm_operator.runtime.services import Runtime, Settled
@@ -58,6 +63,8 @@ class Result:
     announced: bool = False  # the status already says an action is in progress: always write it
     settled: Settled | None = None  # nothing to do: what a resync may rely on once the status is written
     drift: DriftReport | None = None  # what the comparison of the live objects found (and corrected)
+    gate: Gate | None = None  # what the maintenance windows said (None: they were not read)
+    wake_after: float | None = None  # seconds: look again then, although nothing failed (a window opens)
 
 
 def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
@@ -81,7 +88,18 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
     its report are one turn: nothing else writes the release's conditions in between, and the
     report never queues again behind every other resource waiting for a slot. A release in sync
     has its live objects compared (``track``: from then on changes of its objects trigger
-    checks), and the decision sees what that found."""
+    checks), and the decision sees what that found. A change waits for the resource's
+    maintenance window; unreadable windows of its own are a stall (never a change at any hour)."""
+    try:
+        windows = windows_of(cr.watch.maintenance, cr.annotations)
+    except WindowError as exc:
+        message = f"annotation {WINDOWS_ANNOTATION}: {exc}"
+        return _stall(cr, Outcome("stalled", Reason.INVALID_MAINTENANCE_WINDOW, message))
+    result = await _reconcile(rt, cr, track, windows)
+    return result if result.gate is not None else dataclasses.replace(result, gate=Gate(windows))
+
+
+async def _reconcile(rt: Runtime, cr: Resource, track: Callable[[], None], windows: Maintenance) -> Result:
     watch = cr.watch
     try:
         chart_ref = await rt.local_chart(watch)
@@ -131,6 +149,14 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
             settled = Settled(cr.uid, cr.generation, chart, fingerprint, since)
             return dataclasses.replace(result, settled=settled)
         return result
+    allowed = gate(p.action, windows, dt.datetime.now(dt.UTC), cr.annotations, cr.status)
+    if not allowed.proceed:
+        return await _waiting(rt, cr, target, release, allowed, events, track)
+    if allowed.override is not None:
+        told = f"{p.action} applied outside the maintenance windows ({windows.describe()}): "
+        events.append(
+            Event.normal(Reason.WINDOW_OVERRIDDEN, told + f"{WINDOW_OVERRIDE_ANNOTATION}={allowed.override}")
+        )
     if rt.draining and p.action.helm:
         outcome = Outcome("progressing", Reason.SHUTTING_DOWN, "operator is shutting down")
         return Result(outcome, retry_after=5, events=tuple(events))
@@ -161,7 +187,51 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
             events.append(Event.warning(after.reason, after.message))
     result = _report(rt, key, attempts, outcome, events, target.context, told=p.action.helm)
-    return dataclasses.replace(result, announced=announced.is_set(), drift=found)
+    return dataclasses.replace(result, announced=announced.is_set(), drift=found, gate=allowed)
+
+
+async def _waiting(
+    rt: Runtime,
+    cr: Resource,
+    target: Target,
+    release: StoredRelease | None,
+    allowed: Gate,
+    events: list[Event],
+    track: Callable[[], None],
+) -> Result:
+    """A change waits for a window: the release runs as it is (``Ready`` says how), its live
+    objects are still compared with it and corrected, and the resource is looked at again when
+    the window opens."""
+    assert allowed.opens is not None
+    message = waiting_message(allowed, target.ident.name, release.revision if release else None)
+    deployed = release is not None and release.status == "deployed"
+    outcome = Outcome(
+        "ready" if deployed else "progressing",
+        Reason.UPGRADE_PENDING,
+        message,
+        release=release,
+        digest=target.digest,
+    )
+    found = None
+    if deployed and rt.drift is not None:  # drift correction goes on (unless the windows say report)
+        track()
+        found = await rt.drift.observe(cr.watch, cr.ident, cr.annotations)
+        if found is not None and plan_drift(found.seen).action is Action.CORRECT_DRIFT:
+            hooks = rt.day2 if rt.day2 is not None and rt.day2.of(cr.watch) is not None else None
+            announce = _correcting_announced(rt, cr, outcome, hooks)
+            ctx = ActionContext(rt.helm, rt.kube, target, release, {}, drift=found, announce=announce)
+            await correct_drift(ctx)
+            found = dataclasses.replace(found, corrected=True)
+    pending = next(
+        (c for c in cr.status.get("conditions", []) if c.get("type") == ConditionType.UPGRADE_PENDING), None
+    )
+    told = (
+        []
+        if pending is not None and pending.get("status") == "True" and says(pending, message)
+        else [Event.normal(Reason.UPGRADE_PENDING, message)]
+    )
+    wake = max(1.0, (allowed.opens - dt.datetime.now(dt.UTC)).total_seconds() + 0.5)
+    return Result(outcome, events=(*events, *told), drift=found, gate=allowed, wake_after=wake)
 
 
 @dataclass(frozen=True)
@@ -211,6 +281,11 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
             if report is not None:
                 so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
                 said += await rt.drift.report(watch, ref, report, so_far)
+        if result.gate is not None:
+            window_said = window_contribution(
+                cr.status, result.gate, outcome.message, dt.datetime.now(dt.UTC)
+            )
+            said += [window_said] if window_said is not None else []
         patch = status_patch_of(cr.status, said, generation, now)
         writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
         if result.announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
