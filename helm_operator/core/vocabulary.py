@@ -64,6 +64,11 @@ class Reason(StrEnum):
     NOTHING_PENDING = "NothingPending"
     WINDOW_OVERRIDDEN = "WindowOverridden"
     INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
+    # dependencies between resources
+    DEPENDENCY_NOT_READY = "DependencyNotReady"
+    DEPENDENCY_CYCLE = "DependencyCycle"
+    INVALID_DEPENDENCY = "InvalidDependency"
+    DEPENDENTS_REMAIN = "DependentsRemain"  # an uninstall waits for what depends on the resource
     # drift and the workloads' part of Ready
     NO_DRIFT = "NoDrift"
     DRIFT_DETECTED = "DriftDetected"

@@ -26,6 +26,7 @@ from helm_operator.config.watches import Watch, selector_matches, selector_query
 from helm_operator.core.naming import FINALIZER
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.scheduler import DriftScheduler
+from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import identify
 from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
@@ -286,7 +287,9 @@ class Handlers:
         rt, watch, ref = self.runtime, self.watch, self._ref(meta)
         while True:
             body = None
-            if rt.day2 is not None and rt.day2.of(watch) is not None:  # the hooks see the latest annotations
+            me = Ref(watch.api_version, watch.kind, meta.namespace, meta.name)
+            hooked = rt.day2 is not None and rt.day2.of(watch) is not None
+            if hooked or rt.dependents.of(me):  # the hooks and the order see the latest annotations
                 fresh_ref = ObjectRef(watch.api_version, watch.kind, meta.name, meta.namespace)
                 body = await asyncio.to_thread(rt.kube.get_custom, fresh_ref, watch.served_plural)
             try:
@@ -317,6 +320,7 @@ class Handlers:
         self.drift.forget(watch, namespace, name)
         self.resyncs.forget(resource_key(watch, namespace, name))
         rt.settled.pop(key, None)
+        rt.dependents.forget(Ref(watch.api_version, watch.kind, namespace, name))
         if rt.day2 is not None:
             rt.day2.forget(watch, namespace, name)
 

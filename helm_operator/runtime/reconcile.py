@@ -35,6 +35,7 @@ from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Stage
 from helm_operator.hooks.runner import HookResult
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
+from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
@@ -43,6 +44,7 @@ from helm_operator.release.status import progress_patch, release_contribution
 from helm_operator.release.windows import Gate, gate, waiting_message
 from helm_operator.release.windows import contribution as window_contribution
 from helm_operator.release.windows import effective as windows_of
+from helm_operator.runtime import ordering
 from helm_operator.runtime.actions import ACTIONS, ActionContext, correct_drift, up_to_date
 from helm_operator.runtime.desired import Resource, Target, prepare
 from helm_operator.runtime.idle import status_digest, written
@@ -140,6 +142,9 @@ async def _reconcile(rt: Runtime, cr: Resource, track: Callable[[], None], windo
         if found is not None:
             state, p = _plan(rt, target, release, attempts, found.seen)
     log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
+    waits = await ordering.hold(rt.kube, rt.dependents, cr, p.action)
+    if waits is not None:
+        return _held(cr, *waits, events)
     act = ACTIONS.get(p.action)
     if act is None:
         result = dataclasses.replace(
@@ -188,6 +193,17 @@ async def _reconcile(rt: Runtime, cr: Resource, track: Callable[[], None], windo
             events.append(Event.warning(after.reason, after.message))
     result = _report(rt, key, attempts, outcome, events, target.context, told=p.action.helm)
     return dataclasses.replace(result, announced=announced.is_set(), drift=found, gate=allowed)
+
+
+def _held(cr: Resource, outcome: Outcome, look_again: float, events: list[Event]) -> Result:
+    """Helm may not act yet (a dependency is not ready, or they make a cycle): said once, looked
+    at again after ``look_again`` seconds (a dependency's change is not an event of this one)."""
+    if outcome.phase == "stalled":
+        stalled = _stall(cr, outcome)
+        return Result(outcome, events=(*events, *stalled.events), wake_after=look_again)
+    ready = next((c for c in cr.status.get("conditions", []) if c.get("type") == ConditionType.READY), None)
+    told = [] if says(ready, outcome.message) else [Event.normal(outcome.reason, outcome.message)]
+    return Result(outcome, events=(*events, *told), wake_after=look_again)
 
 
 async def _waiting(
@@ -579,6 +595,14 @@ async def finalize(
             return f"release {ident.name} already gone" + (gone if left else ""), events
         if release.owner != ident.owner:
             return f"release {ident.key} is not managed by this resource; left in place", events
+        me = Ref(watch.api_version, watch.kind, namespace, name)
+        why = ordering.still_needed(
+            rt.dependents, me, ((body or {}).get("metadata") or {}).get("annotations") or {}
+        )
+        if why is not None:  # the reverse order of installs: what depends on it goes first
+            raise UninstallBlocked(
+                HookResult(False, Reason.DEPENDENTS_REMAIN, why, retry_after=2.0, wait=True), []
+            )
         if hooks is not None and body is not None:
             verdict, events = await hooks.before_uninstall(watch, body, release)
             if not verdict.ok:

@@ -18,6 +18,7 @@ from helm_operator.core.locks import Concurrency
 from helm_operator.drift.scheduler import DriftChecker
 from helm_operator.hooks.day2 import Day2
 from helm_operator.release.attempts import Attempts
+from helm_operator.release.dependencies import Dependents
 from helm_operator.release.state import RetryPolicy
 
 CHART_RESTAT = 5.0  # seconds a local chart's files are not looked at again
@@ -53,6 +54,7 @@ class Runtime:
     releases: ReleaseIndex | None = None  # fingerprints of Helm's storage (None: always read it)
     # release key -> what the last reconcile found in sync (for resyncs decided from memory)
     settled: dict[str, Settled] = field(default_factory=dict)
+    dependents: Dependents = field(default_factory=Dependents)  # who depends on whom (uninstall order)
     _charts: dict[str, tuple[float, float, ChartInfo]] = field(default_factory=dict)
 
     async def local_chart(self, watch: Watch) -> ChartRef:
