@@ -31,7 +31,7 @@ WAIT_FOR = frozenset({Action.INSTALL, Action.UPGRADE, Action.REINSTALL})  # what
 POLL = 5.0  # seconds between looks at dependencies that are not ready yet
 RECHECK_CYCLE = 10.0  # seconds between looks at a cycle or a bad annotation (another resource may end it)
 
-_UNSERVED = object()
+_UNSERVED, _FORBIDDEN = object(), object()
 
 
 def ref_of(cr: Resource) -> Ref:
@@ -39,7 +39,8 @@ def ref_of(cr: Resource) -> Ref:
 
 
 def _fetch(kube: Kube, ref: Ref) -> Any:
-    """The live object, None where it does not exist, ``_UNSERVED`` where its kind is not served."""
+    """The live object, None where it does not exist, ``_UNSERVED`` where its kind is not served,
+    ``_FORBIDDEN`` where the operator may not read it."""
     doc = {"apiVersion": ref.api_version, "kind": ref.kind, "metadata": {"name": ref.name}}
     try:
         return kube.get(doc, ref.namespace or "")
@@ -47,7 +48,7 @@ def _fetch(kube: Kube, ref: Ref) -> Any:
         return _UNSERVED
     except ApiException as exc:
         if exc.status == 403:
-            raise PermissionError(f"the operator may not read {ref}: grant it get on {ref.kind}") from None
+            return _FORBIDDEN
         raise
 
 
@@ -63,11 +64,12 @@ def _look(kube: Kube, me: Ref, deps: tuple[Dependency, ...]) -> tuple[list[str],
     unready = []
     for dep in deps:
         obj = fetched(dep.ref)
-        why = (
-            f"kind {dep.ref.api_version} {dep.ref.kind} is not served"
-            if obj is _UNSERVED
-            else why_not_ready(dep, obj)
-        )
+        if obj is _UNSERVED:
+            why: str | None = f"kind {dep.ref.api_version} {dep.ref.kind} is not served"
+        elif obj is _FORBIDDEN:
+            why = f"the operator may not read it (grant get on {dep.ref.kind} to its ServiceAccount)"
+        else:
+            why = why_not_ready(dep, obj)
         if why is not None:
             unready.append(f"{dep}: {why}")
 
