@@ -417,11 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
     reap = dev_sub.add_parser("reap", help="remove clusters whose owning process died")
     reap.set_defaults(func=cmd_dev_reap)
 
-    from helm_operator.cli import api, diff, project
+    from helm_operator.cli import api, diff, plan, project
 
     project.register(sub)  # init, rbac
     api.register(sub)  # create-api
     diff.register(sub)  # diff
+    plan.register(sub)  # plan show|approve
     return parser
 
 

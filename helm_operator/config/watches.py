@@ -84,6 +84,7 @@ class Watch:
     source: str = ""  # "watches.yaml: entry 2", for errors found after loading
     shard: Shard = None  # the instance's static shard (``sharded``); None: not sharded
     ring: Ring | None = None  # the instance's shard of a ControllerRing (``in_ring``); None: none
+    approval: Literal["automatic", "manual"] = "automatic"  # manual: nothing applied unapproved
     maintenance: Maintenance = field(
         default_factory=Maintenance
     )  # when changes may be applied (no windows: any time)
@@ -215,6 +216,7 @@ _KNOWN_FIELDS = {
     "allowedNamespaces",
     "allowClusterScoped",
     "maintenance",
+    "approval",
 }
 
 
@@ -354,6 +356,10 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         except maintenance.WindowError as exc:
             raise fail(".".join(("maintenance", *exc.where)), exc.message) from None
 
+    approval = raw.get("approval", "automatic")
+    if approval not in ("automatic", "manual"):
+        raise fail("approval", f"expected automatic or manual, got {approval!r}")
+
     return Watch(
         group=group,
         version=version,
@@ -377,6 +383,7 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         allowed_namespaces=tuple(allowed),
         allow_cluster_scoped=boolean("allowClusterScoped", False),
         maintenance=windows,
+        approval=approval,
         source=f"{path}: entry {index}",
     )
 

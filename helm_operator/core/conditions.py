@@ -106,6 +106,7 @@ OWNS: Mapping[Owner, frozenset[ConditionType]] = {
             ConditionType.RELEASED,
             ConditionType.REMEDIATED,
             ConditionType.UPGRADE_PENDING,
+            ConditionType.APPROVAL_PENDING,
         }
     ),
     Owner.WORKLOADS: frozenset({ConditionType.READY}),
@@ -113,7 +114,9 @@ OWNS: Mapping[Owner, frozenset[ConditionType]] = {
     Owner.DAY2: frozenset({ConditionType.DAY2}),
 }
 OWNS_FIELDS: Mapping[Owner, frozenset[str]] = {
-    Owner.RELEASE: frozenset({"observedGeneration", "release", "history", "lastAttempt", "maintenance"}),
+    Owner.RELEASE: frozenset(
+        {"observedGeneration", "release", "history", "lastAttempt", "maintenance", "plan"}
+    ),
     Owner.WORKLOADS: frozenset(),
     Owner.DRIFT: frozenset(),
     Owner.DAY2: frozenset({"day2"}),  # only status.day2.problems: the hooks write the rest of day2

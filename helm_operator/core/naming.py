@@ -48,6 +48,9 @@ def release_name(cr_name: str) -> str:
 ACTION_ANNOTATION = "helm-operator.io/action"  # "<verb>[=<argument>]": run a day-2 action once
 # Any new value forgets the failure memory: a stalled resource is tried again at once.
 RETRY_ANNOTATION = "helm-operator.io/retry"
+# Plan and approve: "manual" or "automatic" for one resource, and the id of the plan approved.
+APPROVAL_ANNOTATION = "helm-operator.io/approval"
+APPROVE_ANNOTATION = "helm-operator.io/approve"
 # What a resource waits for before Helm acts for it (``release.dependencies``).
 DEPENDS_ON_ANNOTATION = "helm-operator.io/depends-on"
 FORCE_UNINSTALL_ANNOTATION = "helm-operator.io/force-uninstall"  # "true": uninstall despite failing hooks

@@ -23,6 +23,7 @@ class ConditionType(StrEnum):
     REMEDIATED = "Remediated"
     DRIFTED = "Drifted"
     UPGRADE_PENDING = "UpgradePending"  # a change waits for a maintenance window
+    APPROVAL_PENDING = "ApprovalPending"  # a change waits for its plan to be approved
     DAY2 = "Day2"
 
 
@@ -64,6 +65,13 @@ class Reason(StrEnum):
     NOTHING_PENDING = "NothingPending"
     WINDOW_OVERRIDDEN = "WindowOverridden"
     INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
+    # plan and approve
+    AWAITING_APPROVAL = "AwaitingApproval"
+    STALE_APPROVAL = "StaleApproval"
+    PLAN_READY = "PlanReady"
+    PLAN_APPROVED = "PlanApproved"
+    PLAN_FAILED = "PlanFailed"
+    INVALID_APPROVAL = "InvalidApproval"
     # dependencies between resources
     DEPENDENCY_NOT_READY = "DependencyNotReady"
     DEPENDENCY_CYCLE = "DependencyCycle"

@@ -3,6 +3,7 @@ decision is taken. A problem found here stalls the resource without a Helm call.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import json
@@ -11,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from helm_operator import __version__
+from helm_operator.adapters import storage
+from helm_operator.adapters.discovery import Discovery
+from helm_operator.adapters.kube import Kube
 from helm_operator.config.charts import ChartInfo, ChartRef, installed_crds
 from helm_operator.config.sharding import object_labels
 from helm_operator.config.watches import Watch
@@ -19,6 +23,8 @@ from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, RETRY_ANNOTATIO
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 from helm_operator.core.values import digest, merge, user_values, validate
 from helm_operator.core.vocabulary import Reason
+from helm_operator.hooks.day2 import Day2
+from helm_operator.hooks.runner import HookResult
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome
 
@@ -169,3 +175,25 @@ def crds_refused(
         f"{named}{more}; have a cluster administrator install them first, "
         f"or set allowClusterScoped: true on the watch"
     )
+
+
+async def desired(
+    kube: Kube,
+    cr: Resource,
+    chart_ref: ChartRef,
+    chart: ChartInfo,
+    hooks: Day2 | None,
+    discovery: Discovery | None = None,
+) -> Target | Outcome | HookResult:
+    """The desired release of a resource: spec ◄ overrideValues, the value translators (if its
+    watch has hooks), schema check, digest. Shared with ``helm-operator diff``, so a preview is
+    built by exactly the code a reconcile runs."""
+    values = user_values(cr.spec, cr.watch.override_values)
+    if hooks is not None:
+        translated = await hooks.translate(cr.watch, cr.body, values, await storage.read(kube.core, cr.ident))
+        if isinstance(translated, HookResult):
+            return translated
+        values = translated
+    wanted = [c.name.removeprefix("CustomResourceDefinition/") for c in chart.crds]
+    served = await asyncio.to_thread(discovery.crd_names, wanted) if wanted and discovery else frozenset()
+    return prepare(cr, chart_ref, chart, values, served)

@@ -3,7 +3,7 @@
 The resource comes from the API server's dry-run of the very request the user's ``kubectl apply``
 would send (client-side or server-side: ``preview.kubectl``), so it is what the operator will read,
 ``null``s pruned or kept as that apply would. The values come from the reconcile's own code
-(``reconcile.desired``: spec ◄ overrideValues, the value translators, the schema check, the
+(``desired.desired``: spec ◄ overrideValues, the value translators, the schema check, the
 digest), the Helm action from the same decision, the objects from ``helm upgrade --install
 --dry-run=server`` with the operator's flags and post-renderer, and each object's outcome from a
 server-side apply dry-run as Helm's field manager. When the digest matches the deployed release no
@@ -62,8 +62,7 @@ from helm_operator.preview.plan import (
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.record import PENDING_STATUSES
 from helm_operator.release.state import Action, ReleaseState
-from helm_operator.runtime.desired import Resource, Target
-from helm_operator.runtime.reconcile import desired
+from helm_operator.runtime.desired import Resource, Target, desired
 from helm_operator.runtime.services import Runtime
 
 
@@ -190,6 +189,19 @@ class Previewer:
             assert release is not None
             return await self._in_sync(base, cr, target, manifest_objects(release))
         return await self._with_helm(base, target, p.action)
+
+    async def release_changes(
+        self, target: Target, action: Action
+    ) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+        """What a Helm action toward ``target`` would do to the live objects, as ``(create|update|
+        delete, Kind/namespace/name)``, and its notes: what a plan awaiting approval lists.
+        Raises :class:`PreviewError`."""
+        w, ident = target.watch, target.ident
+        base = ResourcePreview(
+            w.api_version, w.kind, ident.namespace, ident.name, None, {}, ident.key, action.value, ""
+        )
+        found = await self._with_helm(base, target, action)
+        return [(c.action, c.ref) for c in found.changes], found.notes
 
     def _applied(self, doc: Mapping[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
         """The resource as the user's ``kubectl apply`` would store it: the API server's dry-run of

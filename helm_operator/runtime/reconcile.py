@@ -19,21 +19,23 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters import storage
-from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import HelmError
-from helm_operator.adapters.kube import Kube, ObjectRef
-from helm_operator.config.charts import ChartInfo, ChartRef
+from helm_operator.adapters.kube import ObjectRef
+from helm_operator.config.charts import ChartInfo
 from helm_operator.config.maintenance import Maintenance, WindowError
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
 from helm_operator.core.naming import OWNER_LABEL, WINDOW_OVERRIDE_ANNOTATION, WINDOWS_ANNOTATION
-from helm_operator.core.values import user_values
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import DriftReport
 from helm_operator.drift.diff import ObjectDrift
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Stage
 from helm_operator.hooks.runner import HookResult
+from helm_operator.release.approval import ApprovalError, Verdict, judge, plan_status, recorded
+from helm_operator.release.approval import contribution as approval_contribution
+from helm_operator.release.approval import mode as approval_mode
+from helm_operator.release.approval import waiting_message as approval_waiting
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
 from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import ReleaseId, identify
@@ -46,14 +48,16 @@ from helm_operator.release.windows import contribution as window_contribution
 from helm_operator.release.windows import effective as windows_of
 from helm_operator.runtime import ordering
 from helm_operator.runtime.actions import ACTIONS, ActionContext, correct_drift, up_to_date
-from helm_operator.runtime.desired import Resource, Target, prepare
+from helm_operator.runtime.desired import Resource, Target, desired
 from helm_operator.runtime.idle import status_digest, written
+from helm_operator.runtime.preview import Previewer, PreviewError
 from helm_operator.runtime.services import Runtime, Settled
 
 log = logging.getLogger(__name__)
 
 DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
 PROGRESS_GRACE = 3.0  # an action still running after this long is announced on the status
+PLAN_RETRY = 30.0  # seconds before a plan that could not be computed is tried again
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class Result:
     settled: Settled | None = None  # nothing to do: what a resync may rely on once the status is written
     drift: DriftReport | None = None  # what the comparison of the live objects found (and corrected)
     gate: Gate | None = None  # what the maintenance windows said (None: they were not read)
+    approval: Verdict | None = None  # what approval said (None: not asked)
+    plan: Mapping[str, Any] | None = None  # the plan that waits for approval, as status.plan says it
     wake_after: float | None = None  # seconds: look again then, although nothing failed (a window opens)
 
 
@@ -98,7 +104,9 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
         message = f"annotation {WINDOWS_ANNOTATION}: {exc}"
         return _stall(cr, Outcome("stalled", Reason.INVALID_MAINTENANCE_WINDOW, message))
     result = await _reconcile(rt, cr, track, windows)
-    return result if result.gate is not None else dataclasses.replace(result, gate=Gate(windows))
+    return dataclasses.replace(
+        result, gate=result.gate or Gate(windows), approval=result.approval or Verdict(True)
+    )
 
 
 async def _reconcile(rt: Runtime, cr: Resource, track: Callable[[], None], windows: Maintenance) -> Result:
@@ -145,6 +153,16 @@ async def _reconcile(rt: Runtime, cr: Resource, track: Callable[[], None], windo
     waits = await ordering.hold(rt.kube, rt.dependents, cr, p.action)
     if waits is not None:
         return _held(cr, *waits, events)
+    try:
+        approval = approval_mode(watch.approval, cr.annotations)
+    except ApprovalError as exc:
+        invalid = Outcome("stalled", Reason.INVALID_APPROVAL, str(exc))
+        return _held(cr, invalid, watch.reconcile_period, events)
+    verdict = judge(approval, p.action, target.digest, release.revision if release else None, cr.annotations)
+    if not verdict.proceed:
+        return await _awaiting_approval(rt, cr, target, release, p.action, verdict, chart, events)
+    if verdict.id is not None:
+        events.append(Event.normal(Reason.PLAN_APPROVED, f"applying the approved plan {verdict.id}"))
     act = ACTIONS.get(p.action)
     if act is None:
         result = dataclasses.replace(
@@ -192,7 +210,45 @@ async def _reconcile(rt: Runtime, cr: Resource, track: Callable[[], None], windo
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
             events.append(Event.warning(after.reason, after.message))
     result = _report(rt, key, attempts, outcome, events, target.context, told=p.action.helm)
-    return dataclasses.replace(result, announced=announced.is_set(), drift=found, gate=allowed)
+    return dataclasses.replace(
+        result, announced=announced.is_set(), drift=found, gate=allowed, approval=verdict
+    )
+
+
+async def _awaiting_approval(
+    rt: Runtime,
+    cr: Resource,
+    target: Target,
+    release: StoredRelease | None,
+    action: Action,
+    verdict: Verdict,
+    chart: ChartInfo,
+    events: list[Event],
+) -> Result:
+    """A change waits for its plan to be approved: the plan is computed once (as ``diff`` would
+    show it) and recorded; the release runs as it is meanwhile."""
+    assert verdict.id is not None
+    plan = recorded(cr.status)
+    if plan.get("id") != verdict.id:
+        try:
+            changes, notes = await Previewer(rt).release_changes(target, action)
+        except PreviewError as exc:
+            failed = Outcome("failed", Reason.PLAN_FAILED, f"plan {verdict.id}: {exc}", digest=target.digest)
+            return _held(cr, failed, PLAN_RETRY, events)
+        revision = release.revision if release else None
+        chart_ref = f"{chart.name}-{chart.version}"
+        plan = plan_status(verdict.id, action, revision, chart_ref, changes, notes, dt.datetime.now(dt.UTC))
+        events.append(Event.normal(Reason.PLAN_READY, str(plan["summary"])))
+    message = approval_waiting(plan, verdict.stale)
+    deployed = release is not None and release.status == "deployed"
+    phase: Phase = "ready" if deployed else "progressing"
+    outcome = Outcome(phase, Reason.AWAITING_APPROVAL, message, release=release, digest=target.digest)
+    pending = next(
+        (c for c in cr.status.get("conditions", []) if c.get("type") == ConditionType.APPROVAL_PENDING), None
+    )
+    if verdict.stale and not (pending is not None and says(pending, message)):
+        events.append(Event.warning(Reason.STALE_APPROVAL, message))
+    return Result(outcome, events=tuple(events), approval=verdict, plan=plan)
 
 
 def _held(cr: Resource, outcome: Outcome, look_again: float, events: list[Event]) -> Result:
@@ -297,11 +353,15 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
             if report is not None:
                 so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
                 said += await rt.drift.report(watch, ref, report, so_far)
+        moment = dt.datetime.now(dt.UTC)
         if result.gate is not None:
-            window_said = window_contribution(
-                cr.status, result.gate, outcome.message, dt.datetime.now(dt.UTC)
-            )
+            window_said = window_contribution(cr.status, result.gate, outcome.message, moment)
             said += [window_said] if window_said is not None else []
+        if result.approval is not None:
+            plan_said = approval_contribution(
+                cr.status, result.approval, result.plan, outcome.message, moment
+            )
+            said += [plan_said] if plan_said is not None else []
         patch = status_patch_of(cr.status, said, generation, now)
         writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
         if result.announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change
@@ -320,28 +380,6 @@ async def _together(writes: list[Coroutine[Any, Any, Any]]) -> None:
     for r in results:
         if isinstance(r, BaseException):
             raise r
-
-
-async def desired(
-    kube: Kube,
-    cr: Resource,
-    chart_ref: ChartRef,
-    chart: ChartInfo,
-    hooks: Day2 | None,
-    discovery: Discovery | None = None,
-) -> Target | Outcome | HookResult:
-    """The desired release of a resource: spec ◄ overrideValues, the value translators (if its
-    watch has hooks), schema check, digest. Shared with ``helm-operator diff``, so a preview is
-    built by exactly the code a reconcile runs."""
-    values = user_values(cr.spec, cr.watch.override_values)
-    if hooks is not None:
-        translated = await hooks.translate(cr.watch, cr.body, values, await storage.read(kube.core, cr.ident))
-        if isinstance(translated, HookResult):
-            return translated
-        values = translated
-    wanted = [c.name.removeprefix("CustomResourceDefinition/") for c in chart.crds]
-    served = await asyncio.to_thread(discovery.crd_names, wanted) if wanted and discovery else frozenset()
-    return prepare(cr, chart_ref, chart, values, served)
 
 
 # The hook stage of each acting Action (a rollback is a remediation: no hooks around it).

@@ -1,0 +1,121 @@
+"""Plan and approve on the local control plane: with approval: manual no helm call is made before
+the plan is approved, the change applied is exactly the approved plan, a change after an approval
+voids it, and a bad approval value is a precise stall."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from helm_operator.core.naming import APPROVAL_ANNOTATION, APPROVE_ANNOTATION
+
+from .conftest import Helm, custom, releases
+from .operator import OperatorProcess, Resources, eventually
+
+MEMCACHED = "memcacheds.cache.example.com"
+
+
+def memcached(size: int, **annotations: str) -> dict[str, Any]:
+    doc = custom("cache.example.com/v1alpha1", "Memcached", "gated", {"size": size})
+    doc["metadata"]["annotations"] = {APPROVAL_ANNOTATION: "manual", **annotations}
+    return doc
+
+
+def plan_cli(res: Resources, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "helm_operator.cli", "plan", *args, "memcached", "gated", "-n", res.ns]
+    cmd += ["--kubeconfig", str(res.cluster.kubeconfig)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def plan_of(res: Resources) -> dict[str, Any]:
+    return dict(((res.get(MEMCACHED, "gated") or {}).get("status") or {}).get("plan") or {})
+
+
+def waiting_plan(res: Resources, action: str, previous: str | None = None) -> dict[str, Any]:
+    """The plan that waits, once it is recorded (a new one when ``previous`` names the last)."""
+    res.wait_condition(MEMCACHED, "gated", "ApprovalPending", timeout=60)
+
+    def new() -> dict[str, Any] | None:
+        plan = plan_of(res)
+        return plan if plan.get("action") == action and plan.get("id") != previous else None
+
+    found: dict[str, Any] = eventually(new, timeout=30, what=f"a {action} plan")
+    return found
+
+
+def helm_calls(op: OperatorProcess, ns: str) -> list[str]:
+    """The helm calls that could change the release (the plan's render is a server-side dry-run)."""
+    return [
+        c for c in op.helm_calls() if "gated" in c.split() and ns in c.split() and "--dry-run=server" not in c
+    ]
+
+
+def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
+    operator: OperatorProcess, res: Resources, helm4: Helm
+) -> None:
+    res.apply(memcached(1))
+    install = waiting_plan(res, "install")
+    assert install["created"] >= 2 and any(o.startswith("create Deployment/") for o in install["objects"]), (
+        install
+    )
+    assert "from no release" in install["summary"]
+    assert any(e["reason"] == "PlanReady" for e in res.events("gated"))
+    assert "gated" not in releases(helm4, res.ns) and not helm_calls(operator, res.ns), (
+        "no helm before approval"
+    )
+
+    shown = plan_cli(res, "show")
+    assert (
+        shown.returncode == 0 and install["id"] in shown.stdout and "waiting for approval" in shown.stdout
+    ), shown
+    approved = plan_cli(res, "approve", "--id", install["id"])
+    assert approved.returncode == 0, approved.stderr
+    res.wait_condition(MEMCACHED, "gated", "Ready", timeout=60)
+    assert releases(helm4, res.ns)["gated"]["revision"] == "1"
+    eventually(lambda: plan_of(res).get("approvedAt"), timeout=30, what="the plan stamped approved")
+    assert res.condition(MEMCACHED, "gated", "ApprovalPending")["status"] == "False"
+    assert any(e["reason"] == "PlanApproved" and install["id"] in e["message"] for e in res.events("gated"))
+
+    # A change: a new plan; the approval of the install is stale and lets nothing through.
+    res.apply(memcached(2, **{APPROVE_ANNOTATION: install["id"]}))
+    two = waiting_plan(res, "upgrade", previous=install["id"])
+    assert two["fromRevision"] == 1 and any(o.startswith("update Deployment/") for o in two["objects"]), two
+    stale = res.wait_condition(MEMCACHED, "gated", "ApprovalPending", timeout=30)
+    assert stale["reason"] == "StaleApproval" and install["id"] in stale["message"], stale
+    assert res.condition(MEMCACHED, "gated", "Ready")["status"] == "True"  # revision 1 runs, healthy
+
+    # Approved, but the spec changes in the same write: the approval is void, nothing runs.
+    res.apply(memcached(3, **{APPROVE_ANNOTATION: two["id"]}))
+    three = waiting_plan(res, "upgrade", previous=two["id"])
+    refused = plan_cli(res, "approve", "--id", two["id"])
+    assert refused.returncode == 1 and "is not the plan that waits" in refused.stderr, refused
+    assert releases(helm4, res.ns)["gated"]["revision"] == "1"
+    assert int((res.get("deployment", "gated") or {})["spec"]["replicas"]) == 1
+
+    assert plan_cli(res, "approve", "--id", three["id"]).returncode == 0
+    eventually(
+        lambda: releases(helm4, res.ns)["gated"]["revision"] == "2", timeout=60, what="the approved upgrade"
+    )
+    res.wait_condition(MEMCACHED, "gated", "ApprovalPending", status="False", timeout=30)
+    assert int((res.get("deployment", "gated") or {})["spec"]["replicas"]) == 3  # exactly the approved plan
+    upgrades = [c for c in helm_calls(operator, res.ns) if c.startswith("upgrade")]
+    assert len(upgrades) == 2, upgrades  # the install and the one approved upgrade: nothing else ran
+    shown = plan_cli(res, "show", "-o", "json")
+    assert json.loads(shown.stdout)["id"] == three["id"] and json.loads(shown.stdout)["approvedAt"]
+    res.delete(MEMCACHED, "gated")
+
+
+def test_an_approval_mode_that_is_not_one_is_a_precise_stall(
+    operator: OperatorProcess, res: Resources
+) -> None:
+    doc = memcached(1)
+    doc["metadata"]["annotations"][APPROVAL_ANNOTATION] = "sometimes"
+    res.apply(doc)
+    stalled = res.wait_condition(MEMCACHED, "gated", "Stalled", timeout=60)
+    assert (
+        stalled["reason"] == "InvalidApproval"
+        and "expected manual or automatic, got 'sometimes'" in stalled["message"]
+    ), stalled
+    res.delete(MEMCACHED, "gated")
