@@ -42,6 +42,7 @@ _Processor = Callable[..., Coroutine[Any, Any, None]]
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 _METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 _GONE = 410
+_RETRY_S = 1.0  # between failed watches (kopf's requests retry on their own before they fail)
 
 
 # -- pure decisions --------------------------------------------------------------------------------
@@ -157,27 +158,42 @@ async def notice_crds(*, settings: Any, registry: Any, insights: Any) -> None:
     rescan = functools.partial(_rescan, settings=settings, registry=registry, insights=insights)
     while True:
         try:
-            since = await _current_version(resource, settings)
+            await _follow(resource, groups, rescan, settings)
         except errors.APIForbiddenError:
-            log.warning("not allowed to list CRDs: kinds appearing later are only served after a restart")
+            log.warning("not allowed to list or watch CRDs: kinds appearing later are served after a restart")
             await asyncio.Event().wait()
-            return
-        # Whatever changed before `since` (since the scan, or while a watch was down) is scanned now.
-        for group in [None] if groups is None else sorted(groups):
-            await rescan(group)
-        try:
-            while True:  # the server ends each watch after its timeout: continue from the last version
-                async for event in _changes(resource, since, settings):
-                    meta = (event.get("object") or {}).get("metadata") or {}
-                    since = str(meta.get("resourceVersion") or since)
-                    group = crd_group(str(meta.get("name") or ""))
-                    if event.get("type") != "BOOKMARK" and group and rescans(group, groups):
-                        await rescan(group)
         except _Expired:
-            log.debug("the CRDs' watch expired at %s: listing again", since)
-        except (_Broken, aiohttp.ClientError, TimeoutError) as exc:
-            log.debug("the CRDs' watch failed (%s): listing again", exc)
-            await asyncio.sleep(settings.watching.reconnect_backoff)
+            log.debug("the CRDs' watch expired: listing again")
+        except (_Broken, errors.APIError, aiohttp.ClientError, TimeoutError) as exc:
+            log.debug("the CRDs' watch failed (%r): listing again", exc)
+            await asyncio.sleep(max(settings.watching.reconnect_backoff, _RETRY_S))
+
+
+async def _follow(
+    resource: references.Resource,
+    groups: frozenset[str] | None,
+    rescan: Callable[[str | None], Coroutine[Any, Any, None]],
+    settings: Any,
+) -> None:
+    """One listing's resource version, the rescan it calls for, then watches from it for as long
+    as the server lets each run (it ends them after their timeout: go on from the last version)."""
+    since = await _current_version(resource, settings)
+    # Whatever changed before `since` (since the scan, or while a watch was down) is scanned now.
+    for group in [None] if groups is None else sorted(groups):
+        await rescan(group)
+    silence = settings.watching.inactivity_timeout  # bookmarks come every minute: a dead connection
+    while True:
+        events = aiter(_changes(resource, since, settings))
+        while True:
+            async with asyncio.timeout(silence):  # only the wait: a rescan is not cut short
+                event = await anext(events, None)
+            if event is None:
+                break
+            meta = (event.get("object") or {}).get("metadata") or {}
+            since = str(meta.get("resourceVersion") or since)
+            group = crd_group(str(meta.get("name") or ""))
+            if event.get("type") != "BOOKMARK" and group and rescans(group, groups):
+                await rescan(group)
 
 
 def _resource_observer(original: _Processor) -> _Processor:
