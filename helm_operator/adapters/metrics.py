@@ -100,6 +100,12 @@ BACKUP_VERIFICATIONS = Counter(
     "Backup verifications by watch and result (Succeeded, Failed)",
     ["watch", "result"],
 )
+CHART_UPGRADE_AVAILABLE = Gauge(
+    "helm_operator_chart_upgrade_available",
+    "Resources whose release runs an older chart version than the newest the watch serves (held "
+    "back by a version pin, a window or an approval), by watch; each says so in its status.chart",
+    ["watch"],
+)
 LEADER = Gauge(
     "helm_operator_leader", "1 while this replica holds the leader lease (or runs without election)"
 )
@@ -128,3 +134,24 @@ class ReleaseStates:
         counts = Tally(s for w, s in self._state.values() if w == watch)
         for state in STATES:
             RELEASES.labels(watch=watch, state=state).set(counts.get(state, 0))
+
+
+class UpgradesAvailable:
+    """Which releases run an older chart version than their watch's newest, counted per watch into
+    ``CHART_UPGRADE_AVAILABLE``."""
+
+    def __init__(self) -> None:
+        self._behind: dict[str, set[str]] = {}  # watch -> release keys
+        self._mutex = threading.Lock()
+
+    def set(self, watch: str, release: str, behind: bool) -> None:
+        with self._mutex:
+            keys = self._behind.setdefault(watch, set())
+            if behind:
+                keys.add(release)
+            else:
+                keys.discard(release)
+            CHART_UPGRADE_AVAILABLE.labels(watch=watch).set(len(keys))
+
+
+UPGRADES_AVAILABLE = UpgradesAvailable()

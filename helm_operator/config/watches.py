@@ -18,7 +18,8 @@ from typing import Any, Literal
 import yaml
 
 from helm_operator.config import maintenance, sharding
-from helm_operator.config.charts import ChartRef
+from helm_operator.config import versions as versions_mod
+from helm_operator.config.charts import ChartRef, load_chart
 from helm_operator.config.durations import parse_duration
 from helm_operator.config.maintenance import Maintenance
 from helm_operator.config.sharding import Ring, Shard
@@ -85,6 +86,9 @@ class Watch:
     shard: Shard = None  # the instance's static shard (``sharded``); None: not sharded
     ring: Ring | None = None  # the instance's shard of a ControllerRing (``in_ring``); None: none
     approval: Literal["automatic", "manual"] = "automatic"  # manual: nothing applied unapproved
+    # Several versions of the chart served side by side, oldest first (``charts:``); ``chart`` is
+    # the newest. Empty: one chart (``chart:``).
+    versions: tuple[tuple[str, ChartRef], ...] = ()
     maintenance: Maintenance = field(
         default_factory=Maintenance
     )  # when changes may be applied (no windows: any time)
@@ -196,6 +200,7 @@ _KNOWN_FIELDS = {
     "version",
     "kind",
     "chart",
+    "charts",
     "chartVersion",
     "repo",
     "watchDependentResources",
@@ -269,22 +274,31 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
     if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind):
         raise fail("kind", f"expected a CamelCase kind name, got {kind!r}")
 
-    chart_ref = string("chart", required=True)
-    assert chart_ref is not None
-    chart_version = string("chartVersion")
-    repo = string("repo")
-    if chart_ref.startswith("oci://") or repo:
-        if not chart_version:
-            raise fail("chartVersion", f"a remote chart ({chart_ref}) needs a pinned chartVersion")
-        chart = ChartRef(ref=chart_ref, version=chart_version, repo=repo)
-    else:
+    def chart_at(where: str, chart_ref: str, chart_version: str | None, repo: str | None) -> ChartRef:
+        if chart_ref.startswith("oci://") or repo:
+            if not chart_version and where == "chart":
+                raise fail("chartVersion", f"a remote chart ({chart_ref}) needs a pinned chartVersion")
+            if not chart_version:
+                raise fail(f"{where}.version", f"a remote chart ({chart_ref}) needs a pinned version")
+            return ChartRef(ref=chart_ref, version=chart_version, repo=repo)
         chart_path = (path.parent / chart_ref).resolve()
         if chart_path.is_dir():
             if not (chart_path / "Chart.yaml").is_file():
-                raise fail("chart", f"{chart_path} is a directory without Chart.yaml")
+                raise fail(where, f"{chart_path} is a directory without Chart.yaml")
         elif not (chart_path.is_file() and chart_path.name.endswith((".tgz", ".tar.gz"))):
-            raise fail("chart", f"no chart directory or .tgz at {chart_path}")
-        chart = ChartRef(ref=str(chart_path), path=chart_path, version=chart_version)
+            raise fail(where, f"no chart directory or .tgz at {chart_path}")
+        return ChartRef(ref=str(chart_path), path=chart_path, version=chart_version)
+
+    versions: tuple[tuple[str, ChartRef], ...] = ()
+    if raw.get("charts") is not None:
+        if "chart" in raw:
+            raise fail("charts", "give either 'chart' or 'charts' (several versions), not both")
+        versions = _chart_versions(raw["charts"], chart_at, fail)
+        chart = versions[-1][1]  # the newest: what serves a resource that pins nothing
+    else:
+        chart_ref = string("chart", required=True)
+        assert chart_ref is not None
+        chart = chart_at("chart", chart_ref, string("chartVersion"), string("repo"))
 
     overrides = raw.get("overrideValues", {}) or {}
     if not isinstance(overrides, Mapping):
@@ -384,8 +398,39 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         allow_cluster_scoped=boolean("allowClusterScoped", False),
         maintenance=windows,
         approval=approval,
+        versions=versions,
         source=f"{path}: entry {index}",
     )
+
+
+def _chart_versions(raw: Any, chart_at: Any, fail: Any) -> tuple[tuple[str, ChartRef], ...]:
+    """``charts: [{chart, version?, repo?}]``: each version once, a local chart's version read from
+    its Chart.yaml when not given (and checked against it when given), sorted oldest first."""
+    if not isinstance(raw, list) or not raw:
+        raise fail("charts", "expected a non-empty list of {chart, version}")
+    found: dict[str, ChartRef] = {}
+    for i, item in enumerate(raw):
+        where = f"charts[{i}]"
+        if not isinstance(item, Mapping) or set(item) - {"chart", "version", "repo"} or not item.get("chart"):
+            raise fail(where, "expected {chart: <path, oci:// or name>, version: <semver>, repo: <url>}")
+        given = item.get("version")
+        if given is not None and not isinstance(given, str):
+            raise fail(f"{where}.version", f"expected a version string such as '1.2.0', got {given!r}")
+        ref = chart_at(where, str(item["chart"]), given, item.get("repo"))
+        version = given
+        if ref.path is not None:
+            own = load_chart(ref).version
+            if given is not None and given != own:
+                raise fail(f"{where}.version", f"{given!r}, but its Chart.yaml says {own!r}")
+            version = own
+        assert version is not None
+        problem = versions_mod.problem(version)
+        if problem:
+            raise fail(f"{where}.version", problem)
+        if version in found:
+            raise fail(f"{where}.version", f"{version} is served twice")
+        found[version] = replace(ref, version=version) if ref.path is None else ref
+    return tuple(sorted(found.items(), key=lambda kv: versions_mod.key(kv[0])))
 
 
 def load_watches(path: str | Path, env: Mapping[str, str] | None = None) -> list[Watch]:

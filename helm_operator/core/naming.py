@@ -48,6 +48,8 @@ def release_name(cr_name: str) -> str:
 ACTION_ANNOTATION = "helm-operator.io/action"  # "<verb>[=<argument>]": run a day-2 action once
 # Any new value forgets the failure memory: a stalled resource is tried again at once.
 RETRY_ANNOTATION = "helm-operator.io/retry"
+# A semantic-version range choosing which of a watch's chart versions serves the resource.
+CHART_VERSION_ANNOTATION = "helm-operator.io/chart-version"
 # Plan and approve: "manual" or "automatic" for one resource, and the id of the plan approved.
 APPROVAL_ANNOTATION = "helm-operator.io/approval"
 APPROVE_ANNOTATION = "helm-operator.io/approve"

@@ -65,6 +65,7 @@ class Reason(StrEnum):
     NOTHING_PENDING = "NothingPending"
     WINDOW_OVERRIDDEN = "WindowOverridden"
     INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
+    CHART_VERSION_NOT_SERVED = "ChartVersionNotServed"
     # plan and approve
     AWAITING_APPROVAL = "AwaitingApproval"
     STALE_APPROVAL = "StaleApproval"

@@ -15,6 +15,7 @@ from helm_operator import __version__
 from helm_operator.adapters import storage
 from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.kube import Kube
+from helm_operator.config import versions
 from helm_operator.config.charts import ChartInfo, ChartRef, installed_crds
 from helm_operator.config.sharding import object_labels
 from helm_operator.config.watches import Watch
@@ -197,3 +198,28 @@ async def desired(
     wanted = [c.name.removeprefix("CustomResourceDefinition/") for c in chart.crds]
     served = await asyncio.to_thread(discovery.crd_names, wanted) if wanted and discovery else frozenset()
     return prepare(cr, chart_ref, chart, values, served)
+
+
+def chart_for(watch: Watch, pin: str | None) -> ChartRef:
+    """The chart version that serves a resource: the watch's newest, or the newest its pin
+    (``helm-operator.io/chart-version``) matches. ``PinError`` says why none does."""
+    if not watch.versions:
+        return watch.chart
+    chosen = versions.select([v for v, _ in watch.versions], pin)
+    return dict(watch.versions)[chosen]
+
+
+def chart_status(watch: Watch, desired: str, running: str | None, pin: str | None) -> dict[str, Any] | None:
+    """``status.chart``, where versions are served side by side or a resource pins one: the
+    version it should run, the newest served, and whether its release runs an older one."""
+    if not watch.versions and pin is None:
+        return None
+    served = [v for v, _ in watch.versions] or [desired]
+    newest = max(served, key=versions.key)
+    return {
+        "version": desired,
+        "pin": pin,
+        "served": served,
+        "newest": newest,
+        "upgradeAvailable": versions.newer(running, served) is not None,
+    }

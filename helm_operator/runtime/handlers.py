@@ -21,7 +21,13 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import ObjectRef
-from helm_operator.adapters.metrics import RECONCILE_DURATION, RECONCILES, RESYNCS, ReleaseStates
+from helm_operator.adapters.metrics import (
+    RECONCILE_DURATION,
+    RECONCILES,
+    RESYNCS,
+    UPGRADES_AVAILABLE,
+    ReleaseStates,
+)
 from helm_operator.config.watches import Watch, selector_matches, selector_query
 from helm_operator.core.naming import FINALIZER
 from helm_operator.core.vocabulary import Event, Reason
@@ -231,6 +237,8 @@ class Handlers:
         done = await turn(self.runtime, cr, lambda: self.drift.track(watch, meta.namespace, meta.name))
         outcome = done.result.outcome
         self.states.set(watch.key, cr.ident.key, outcome.phase)
+        behind = bool((done.result.chart or {}).get("upgradeAvailable"))
+        UPGRADES_AVAILABLE.set(watch.key, cr.ident.key, behind)
         wake = done.result.wake_after  # e.g. a change waits for a window: look again when it opens
         if wake is not None:
             period = min(period, wake) if period > 0 else wake
@@ -317,6 +325,7 @@ class Handlers:
         rt, watch = self.runtime, self.watch
         key = identify(watch, namespace, name).key
         self.states.forget(watch.key, key)
+        UPGRADES_AVAILABLE.set(watch.key, key, False)
         self.drift.forget(watch, namespace, name)
         self.resyncs.forget(resource_key(watch, namespace, name))
         rt.settled.pop(key, None)

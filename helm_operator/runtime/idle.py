@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from helm_operator.runtime.desired import Resource
+from helm_operator.core.naming import CHART_VERSION_ANNOTATION
+from helm_operator.runtime.desired import Resource, chart_for
 from helm_operator.runtime.services import Runtime, Settled
 
 __all__ = ["FULL_READ_EVERY", "Settled", "status_digest", "unchanged", "written"]
@@ -51,8 +52,9 @@ async def unchanged(rt: Runtime, cr: Resource) -> bool:
         return False
     if time.monotonic() - settled.since > FULL_READ_EVERY or status_digest(cr.status) != settled.status:
         return False
-    try:
-        chart = rt.chart(await rt.local_chart(cr.watch))
+    try:  # the version the resource pins, as its reconcile chose it
+        pinned = chart_for(cr.watch, cr.annotations.get(CHART_VERSION_ANNOTATION))
+        chart = rt.chart(await rt.local_chart(cr.watch, pinned))
     except Exception:
         return False
     ident = cr.ident

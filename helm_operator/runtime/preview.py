@@ -28,9 +28,11 @@ from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.sharding import SHARD_LABEL
+from helm_operator.config.versions import PinError
 from helm_operator.config.watches import Watch, selector_matches, sharded
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.masking import mask
+from helm_operator.core.naming import CHART_VERSION_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.check import manifest_objects, mode_of
 from helm_operator.drift.diff import ignored_pointers, rules_for, without_ignored
@@ -62,7 +64,7 @@ from helm_operator.preview.plan import (
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.record import PENDING_STATUSES
 from helm_operator.release.state import Action, ReleaseState
-from helm_operator.runtime.desired import Resource, Target, desired
+from helm_operator.runtime.desired import Resource, Target, chart_for, desired
 from helm_operator.runtime.services import Runtime
 
 
@@ -248,8 +250,12 @@ class Previewer:
         """The desired release, through the reconcile's code."""
         watch = cr.watch
         try:
-            chart_ref = await self.rt.local_chart(watch)
+            chart_ref = await self.rt.local_chart(
+                watch, chart_for(watch, cr.annotations.get(CHART_VERSION_ANNOTATION))
+            )
             chart = self.rt.chart(chart_ref)
+        except PinError as exc:
+            raise PreviewError(f"{where}: {CHART_VERSION_ANNOTATION}: {exc}") from None
         except HelmError as exc:
             raise PreviewError(f"{where}: cannot pull chart {watch.chart.ref}: {exc.message}") from None
         except Exception as exc:

@@ -21,11 +21,18 @@ from kubernetes.client.exceptions import ApiException
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import ObjectRef
-from helm_operator.config.charts import ChartInfo
+from helm_operator.config import versions
+from helm_operator.config.charts import ChartInfo, ChartRef
 from helm_operator.config.maintenance import Maintenance, WindowError
+from helm_operator.config.versions import PinError
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
-from helm_operator.core.naming import OWNER_LABEL, WINDOW_OVERRIDE_ANNOTATION, WINDOWS_ANNOTATION
+from helm_operator.core.naming import (
+    CHART_VERSION_ANNOTATION,
+    OWNER_LABEL,
+    WINDOW_OVERRIDE_ANNOTATION,
+    WINDOWS_ANNOTATION,
+)
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import DriftReport
 from helm_operator.drift.diff import ObjectDrift
@@ -48,7 +55,7 @@ from helm_operator.release.windows import contribution as window_contribution
 from helm_operator.release.windows import effective as windows_of
 from helm_operator.runtime import ordering
 from helm_operator.runtime.actions import ACTIONS, ActionContext, correct_drift, up_to_date
-from helm_operator.runtime.desired import Resource, Target, desired
+from helm_operator.runtime.desired import Resource, Target, chart_for, chart_status, desired
 from helm_operator.runtime.idle import status_digest, written
 from helm_operator.runtime.preview import Previewer, PreviewError
 from helm_operator.runtime.services import Runtime, Settled
@@ -72,6 +79,7 @@ class Result:
     gate: Gate | None = None  # what the maintenance windows said (None: they were not read)
     approval: Verdict | None = None  # what approval said (None: not asked)
     plan: Mapping[str, Any] | None = None  # the plan that waits for approval, as status.plan says it
+    chart: Mapping[str, Any] | None = None  # status.chart (versions side by side, or a pin)
     wake_after: float | None = None  # seconds: look again then, although nothing failed (a window opens)
 
 
@@ -96,27 +104,47 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
     its report are one turn: nothing else writes the release's conditions in between, and the
     report never queues again behind every other resource waiting for a slot. A release in sync
     has its live objects compared (``track``: from then on changes of its objects trigger
-    checks), and the decision sees what that found. A change waits for the resource's
-    maintenance window; unreadable windows of its own are a stall (never a change at any hour)."""
+    checks), and the decision sees what that found. The chart is the version the resource pins
+    (or the newest served); a change waits for the resource's maintenance window (unreadable
+    windows of its own are a stall, never a change at any hour)."""
+    watch = cr.watch
     try:
-        windows = windows_of(cr.watch.maintenance, cr.annotations)
+        windows = windows_of(watch.maintenance, cr.annotations)
     except WindowError as exc:
         message = f"annotation {WINDOWS_ANNOTATION}: {exc}"
         return _stall(cr, Outcome("stalled", Reason.INVALID_MAINTENANCE_WINDOW, message))
-    result = await _reconcile(rt, cr, track, windows)
-    return dataclasses.replace(
-        result, gate=result.gate or Gate(windows), approval=result.approval or Verdict(True)
-    )
-
-
-async def _reconcile(rt: Runtime, cr: Resource, track: Callable[[], None], windows: Maintenance) -> Result:
-    watch = cr.watch
+    pin = cr.annotations.get(CHART_VERSION_ANNOTATION)
     try:
-        chart_ref = await rt.local_chart(watch)
+        wanted = chart_for(watch, pin)
+        chart_ref = await rt.local_chart(watch, wanted)
         chart = rt.chart(chart_ref)
+        if pin is not None and not watch.versions:  # one chart: the pin must match its own version
+            versions.select([chart.version], pin)
+    except PinError as exc:
+        message = f"{CHART_VERSION_ANNOTATION}: {exc}"
+        return _stall(cr, Outcome("stalled", Reason.CHART_VERSION_NOT_SERVED, message))
     except Exception as exc:  # unreadable chart: a configuration problem, not worth retrying fast
         outcome = Outcome("stalled", Reason.CHART_LOAD_FAILED, f"cannot load chart {watch.chart.ref}: {exc}")
         return _stall(cr, outcome, retry_after=watch.reconcile_period)
+    result = await _reconcile(rt, cr, track, windows, chart_ref, chart)
+    running = result.outcome.release.chart_version if result.outcome.release else None
+    return dataclasses.replace(
+        result,
+        gate=result.gate or Gate(windows),
+        approval=result.approval or Verdict(True),
+        chart=chart_status(watch, chart.version, running, pin),
+    )
+
+
+async def _reconcile(
+    rt: Runtime,
+    cr: Resource,
+    track: Callable[[], None],
+    windows: Maintenance,
+    chart_ref: ChartRef,
+    chart: ChartInfo,
+) -> Result:
+    watch = cr.watch
     key = cr.ident.key
     events: list[Event] = []
     hooks = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
@@ -362,6 +390,8 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
                 cr.status, result.approval, result.plan, outcome.message, moment
             )
             said += [plan_said] if plan_said is not None else []
+        if result.chart is not None:
+            said.append(Contribution(Owner.RELEASE, (), {"chart": result.chart}))
         patch = status_patch_of(cr.status, said, generation, now)
         writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
         if result.announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change

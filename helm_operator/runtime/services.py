@@ -57,12 +57,14 @@ class Runtime:
     dependents: Dependents = field(default_factory=Dependents)  # who depends on whom (uninstall order)
     _charts: dict[str, tuple[float, float, ChartInfo]] = field(default_factory=dict)
 
-    async def local_chart(self, watch: Watch) -> ChartRef:
-        """The chart as a local directory or .tgz; remote charts are pulled once into the cache."""
-        if watch.chart.is_local:
-            return watch.chart
-        path = await self.helm.pull(watch.chart)
-        return ChartRef(ref=watch.chart.ref, path=path, version=watch.chart.version)
+    async def local_chart(self, watch: Watch, chart: ChartRef | None = None) -> ChartRef:
+        """The chart (default: the watch's newest) as a local directory or .tgz; remote charts are
+        pulled once into the cache."""
+        chart = chart or watch.chart
+        if chart.is_local:
+            return chart
+        path = await self.helm.pull(chart)
+        return ChartRef(ref=chart.ref, path=path, version=chart.version)
 
     def chart(self, ref: ChartRef) -> ChartInfo:
         """Chart metadata, cached until a file of the chart changes (looked at every few seconds)."""

@@ -206,19 +206,29 @@ def _watched(watches: Sequence[Watch], options: Options, base: Path) -> list[Wat
                 if not isinstance(extra, dict):
                     raise RbacError(f"--values {kind}={file}: expected a mapping of values")
                 renders.append(RenderInput(f"values {file}", user_values(extra, overrides)))
-        out.append(
-            WatchedKind(
-                api_version=w.api_version,
-                kind=w.kind,
-                chart=_rel(w.chart.path, base) if w.chart.path is not None else w.chart.ref,
-                renders=renders,
-                plural=w.plural,
-                namespaced=None if w.scope is None else w.scope == "Namespaced",
-                hook_sources=read_hook_sources(w.hooks, base) if w.hooks else (),
-                lookups=chart_lookups(w.chart),
+        for chart in _served(w):  # every version served renders
+            out.append(
+                WatchedKind(
+                    api_version=w.api_version,
+                    kind=w.kind,
+                    chart=_label(chart, base),
+                    renders=renders,
+                    plural=w.plural,
+                    namespaced=None if w.scope is None else w.scope == "Namespaced",
+                    hook_sources=read_hook_sources(w.hooks, base) if w.hooks else (),
+                    lookups=chart_lookups(chart),
+                )
             )
-        )
     return out
+
+
+def _served(w: Watch) -> list[ChartRef]:
+    """Every chart version the watch serves (one without ``charts:``)."""
+    return [ref for _, ref in w.versions] or [w.chart]
+
+
+def _label(chart: ChartRef, base: Path) -> str:
+    return _rel(chart.path, base) if chart.path is not None else chart.ref
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -248,12 +258,14 @@ def generate_project(options: Options) -> Generated:
     base = options.watches_file.resolve().parent
     watches = load_project_watches(options.watches_file)
     watched = _watched(watches, options, base)
-    charts = {(w.api_version, w.kind): w.chart for w in watches}
+    charts = {  # every version a watch serves, by the name WatchedKind gives it
+        (w.api_version, w.kind, _label(ref, base)): ref for w in watches for ref in _served(w)
+    }
     namespaces = {(w.api_version, w.kind): w.release_namespace for w in watches}
 
     def render(w: WatchedKind, how: RenderInput) -> list[dict[str, Any]]:
         ns = namespaces[(w.api_version, w.kind)] or "default"
-        chart = charts[(w.api_version, w.kind)]
+        chart = charts[(w.api_version, w.kind, w.chart)]
         return helm_template(options.helm, chart, how.release, ns, how.values, f"{w.chart} ({how.label})")
 
     crds = rbac.crd_resources(d for _, d in yaml_documents(options.crds or base / "crds"))
