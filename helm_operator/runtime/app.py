@@ -48,7 +48,7 @@ from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.fence import Fence, FencedApiClient
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
-from helm_operator.runtime.kopf_discovery import adapt_kopf_observation
+from helm_operator.runtime.kopf_discovery import notice_what_appears_while_listing
 from helm_operator.runtime.leader import LeaderSettings, Leadership
 from helm_operator.runtime.probes import Probes, serve
 from helm_operator.runtime.reconcile import finalize
@@ -397,7 +397,7 @@ class App:
             LEADER.set(1)
             self.probes.lead()
             self._wire(watches)
-            adapt_kopf_observation()
+            notice_what_appears_while_listing()
             # No `helm version` here: a restart must not start a single helm process when nothing changed.
             names = ", ".join(self.settings.namespaces) or "all"
             ring = self.settings.ring

@@ -5,6 +5,7 @@ writable primaries)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from typing import Any
@@ -284,9 +285,16 @@ def two_writable(samples: list[list[str]], window: float = 0.3) -> list[tuple[fl
 
 def unavailable(writes: list[list[str]], since: float) -> tuple[float, float, float]:
     """The write-unavailability window after ``since``: last acknowledged write before the
-    first failure, first acknowledged write after it, and the gap between them."""
+    first failure, first acknowledged write after it, and the gap between them. A write that
+    hangs rather than fails leaves no failure: then the longest pause between acknowledged writes
+    is the window."""
     after = [(float(w[0]), w[1]) for w in writes if float(w[0]) >= since]
-    first_fail = next(t for t, r in after if r == "fail")
+    first_fail = next((t for t, r in after if r == "fail"), None)
+    if first_fail is None:
+        oks = sorted(float(w[0]) for w in writes if w[1] == "ok")
+        pairs = [(a, b) for a, b in itertools.pairwise(oks) if b >= since]
+        last_ok, back = max(pairs, key=lambda p: p[1] - p[0]) if pairs else (since, since)
+        return last_ok, back, back - last_ok
     last_ok = max(float(w[0]) for w in writes if w[1] == "ok" and float(w[0]) < first_fail)
     back = next(t for t, r in after if r == "ok" and t > first_fail)
     return last_ok, back, back - last_ok

@@ -1,10 +1,8 @@
-"""Namespaces that appear between kopf's first listing and its watch are served; CRDs are noticed
-by name, kopf's own CRD watch (a listing of every CRD with its schema) is off."""
+"""Namespaces and CRDs that appear between kopf's first listing and its watch are served."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import kopf
@@ -55,63 +53,41 @@ def test_a_matching_namespace_in_the_watch_listing_is_served_and_others_are_not(
     monkeypatch.setattr(
         observation, "process_discovered_namespace_event", observation.process_discovered_namespace_event
     )
-    monkeypatch.setattr(observation, "resource_observer", observation.resource_observer)
-    kopf_discovery.adapt_kopf_observation()
-    kopf_discovery.adapt_kopf_observation()  # twice: wrapped once
+    monkeypatch.setattr(
+        observation, "process_discovered_resource_event", observation.process_discovered_resource_event
+    )
+    kopf_discovery.notice_what_appears_while_listing()
+    kopf_discovery.notice_what_appears_while_listing()  # twice: wrapped once
     process = observation.process_discovered_namespace_event
-    assert not getattr(process.__wrapped__, "__wrapped_listing__", False)  # type: ignore[attr-defined]
+    assert not getattr(process.__wrapped__, "__wrapped_listing__", False)
     insights = references.Insights()
     _revise(process, "dfn-1", insights)
     _revise(process, "other", insights)
     assert insights.namespaces == {"dfn-1"}
 
 
-def test_a_crd_names_its_group() -> None:
-    assert kopf_discovery.crd_group("nullishes.test.helm-operator.io") == "test.helm-operator.io"
-    assert kopf_discovery.crd_group("widgets") == ""
+def test_a_crd_is_scanned_when_its_group_is_watched_and_kopf_does_not_serve_it_yet() -> None:
+    registry, insights = _registry(), references.Insights()
+    assert kopf_discovery._unserved_crd(_crd("test.helm-operator.io", "nullishes"), registry, insights)
+    assert not kopf_discovery._unserved_crd(_crd("other.example.com", "widgets"), registry, insights)
+    insights.watched_resources.add(
+        references.Resource(group="test.helm-operator.io", version="v1", plural="nullishes", namespaced=True)
+    )
+    assert not kopf_discovery._unserved_crd(_crd("test.helm-operator.io", "nullishes"), registry, insights)
 
 
-def test_groups_kopf_rescans_are_the_handlers_unless_one_names_none() -> None:
-    groups = kopf_discovery.scanned_groups({"example.com", "", "apiextensions.k8s.io"})
-    assert groups == frozenset({"example.com", "", "apiextensions.k8s.io"})
-    assert kopf_discovery.rescans("example.com", groups)
-    assert not kopf_discovery.rescans("g1.many-crds.bench.example", groups)
-    assert kopf_discovery.scanned_groups({"example.com", None}) is None
-    assert kopf_discovery.rescans("g1.many-crds.bench.example", None)
+def test_an_unserved_crd_in_the_listing_reaches_kopf_as_added_a_served_one_as_listed() -> None:
+    seen: list[Any] = []
 
+    async def original(*, raw_event: Any, registry: Any, insights: Any, **_: Any) -> None:
+        seen.append(raw_event["type"])
 
-def test_the_groups_are_the_handlers_and_kopfs_backbone() -> None:
-    groups = kopf_discovery._handler_groups(_registry(), references.Insights())
-    assert {"test.helm-operator.io", "apiextensions.k8s.io", ""} <= groups
+    process = kopf_discovery._resources(original)
+    registry, insights = _registry(), references.Insights()
 
+    async def run(crd: dict[str, Any]) -> None:
+        await process(raw_event={"type": None, "object": crd}, registry=registry, insights=insights)
 
-def _observe(settings: kopf.OperatorSettings) -> list[bool]:
-    """What scanning setting kopf's resource observer was run with (the CRD noticing beside it
-    waits for a backbone no cluster fills: stopped after a moment)."""
-    seen: list[bool] = []
-
-    async def original(*, settings: Any, registry: Any, insights: Any) -> None:
-        seen.append(settings.scanning.disabled)
-
-    observe = kopf_discovery._resource_observer(original)
-
-    async def run() -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                observe(settings=settings, registry=_registry(), insights=references.Insights()), 0.3
-            )
-
-    asyncio.run(run())
-    return seen
-
-
-def test_kopfs_crd_watch_is_off_for_its_resource_observer_alone() -> None:
-    settings = kopf.OperatorSettings()
-    assert _observe(settings) == [True]
-    assert settings.scanning.disabled is False  # the namespace observer keeps the real settings
-
-
-def test_scanning_disabled_by_choice_stays_kopfs_own_behaviour() -> None:
-    settings = kopf.OperatorSettings()
-    settings.scanning.disabled = True
-    assert _observe(settings) == [True]
+    asyncio.run(run(_crd("test.helm-operator.io", "nullishes")))
+    asyncio.run(run(_crd("other.example.com", "widgets")))
+    assert seen == ["ADDED", None]
