@@ -83,6 +83,11 @@ class Result:
     wake_after: float | None = None  # seconds: look again then, although nothing failed (a window opens)
 
 
+def _condition(cr: Resource, ctype: ConditionType) -> Mapping[str, Any] | None:
+    """The resource's stored condition of ``ctype``, if it has one."""
+    return next((c for c in cr.status.get("conditions", []) if c.get("type") == ctype), None)
+
+
 def _stalled_before(cr: Resource, reason: str) -> Mapping[str, Any] | None:
     """The Stalled condition if it already says ``reason`` (so a resync does not announce it again)."""
     for c in cr.status.get("conditions", []):
@@ -271,9 +276,7 @@ async def _awaiting_approval(
     deployed = release is not None and release.status == "deployed"
     phase: Phase = "ready" if deployed else "progressing"
     outcome = Outcome(phase, Reason.AWAITING_APPROVAL, message, release=release, digest=target.digest)
-    pending = next(
-        (c for c in cr.status.get("conditions", []) if c.get("type") == ConditionType.APPROVAL_PENDING), None
-    )
+    pending = _condition(cr, ConditionType.APPROVAL_PENDING)
     if verdict.stale and not (pending is not None and says(pending, message)):
         events.append(Event.warning(Reason.STALE_APPROVAL, message))
     return Result(outcome, events=tuple(events), approval=verdict, plan=plan)
@@ -285,7 +288,7 @@ def _held(cr: Resource, outcome: Outcome, look_again: float, events: list[Event]
     if outcome.phase == "stalled":
         stalled = _stall(cr, outcome)
         return Result(outcome, events=(*events, *stalled.events), wake_after=look_again)
-    ready = next((c for c in cr.status.get("conditions", []) if c.get("type") == ConditionType.READY), None)
+    ready = _condition(cr, ConditionType.READY)
     told = [] if says(ready, outcome.message) else [Event.normal(outcome.reason, outcome.message)]
     return Result(outcome, events=(*events, *told), wake_after=look_again)
 
@@ -322,9 +325,7 @@ async def _waiting(
             ctx = ActionContext(rt.helm, rt.kube, target, release, {}, drift=found, announce=announce)
             await correct_drift(ctx)
             found = dataclasses.replace(found, corrected=True)
-    pending = next(
-        (c for c in cr.status.get("conditions", []) if c.get("type") == ConditionType.UPGRADE_PENDING), None
-    )
+    pending = _condition(cr, ConditionType.UPGRADE_PENDING)
     told = (
         []
         if pending is not None and pending.get("status") == "True" and says(pending, message)
