@@ -467,6 +467,18 @@ class Helm:
 
         await self._call("rollback", {}, ["--history-max", str(history_max)], go)
 
+    async def test(self, name: str, namespace: str, *, timeout: float) -> str:
+        """``helm test``: run the release's test hooks (pyhelm3 has no verb for it); what helm
+        printed, or ``HelmError`` when a test failed."""
+
+        async def go() -> Any:
+            return await self._cmd.run(
+                ["test", name, "--namespace", namespace, "--timeout", f"{int(timeout)}s"]
+            )
+
+        out: bytes = await self._call("test", {}, [], go)
+        return out.decode(errors="replace")
+
     async def uninstall(self, name: str, namespace: str, *, timeout: float, wait: bool) -> None:
         async def go() -> Any:
             return await self._cmd.uninstall(name, namespace=namespace, timeout=f"{int(timeout)}s", wait=wait)

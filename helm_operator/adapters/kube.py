@@ -217,6 +217,25 @@ class Kube:
             if i["metadata"].get("deletionTimestamp") and finalizer in (i["metadata"].get("finalizers") or [])
         ]
 
+    def patch_custom(self, ref: ObjectRef, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch of a custom resource (its metadata or spec; the status has its own)."""
+        group, _, version = ref.api_version.rpartition("/")
+        api = client.CustomObjectsApi(self.api)
+        if ref.namespace:
+            obj: Any = api.patch_namespaced_custom_object(
+                group, version, ref.namespace, plural, ref.name, body
+            )
+        else:
+            obj = api.patch_cluster_custom_object(group, version, plural, ref.name, body)
+        return dict(obj)
+
+    def create_cluster_custom(self, api_version: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        group, _, version = api_version.rpartition("/")
+        obj: Any = client.CustomObjectsApi(self.api).create_cluster_custom_object(
+            group, version, plural, body
+        )
+        return dict(obj)
+
     def remove_labels(self, ref: ObjectRef, plural: str, keys: Sequence[str]) -> None:
         """Remove labels from a custom resource (a merge patch: absent ones are no error)."""
         group, _, version = ref.api_version.rpartition("/")

@@ -106,6 +106,16 @@ CHART_UPGRADE_AVAILABLE = Gauge(
     "back by a version pin, a window or an approval), by watch; each says so in its status.chart",
     ["watch"],
 )
+ROLLOUT_WAVE = Gauge(
+    "helm_operator_rollout_wave",
+    "The wave a watch's staged rollout is at (1: the first), and its phase (1 for the current one)",
+    ["watch", "phase"],
+)
+ROLLOUT_RESOURCES = Gauge(
+    "helm_operator_rollout_resources",
+    "Resources of a watch's staged rollout: updated, failed, and not yet updated (pending)",
+    ["watch", "state"],
+)
 LEADER = Gauge(
     "helm_operator_leader", "1 while this replica holds the leader lease (or runs without election)"
 )

@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from helm_operator.adapters.release_index import ReleaseIndex
+from helm_operator.core.naming import FLEET_LABEL
 from helm_operator.release.identity import ReleaseId
 from helm_operator.release.record import PENDING_STATUSES, UNLOCKED_PREFIX, StoredRelease, from_body
 
@@ -100,6 +101,16 @@ def current_release(api: client.CoreV1Api, name: str, namespace: str) -> StoredR
     deployed = [s for s in secrets if (s.metadata.labels or {}).get("status") == "deployed"]
     chosen = deployed or secrets
     return _stored(name, namespace, chosen[-1], secrets) if chosen else None
+
+
+def ran_before(api: client.CoreV1Api, name: str, namespace: str, fleet: str) -> int | None:
+    """The newest revision that ran (deployed or superseded) made from other fleet inputs than
+    ``fleet`` (``FLEET_LABEL``): what a rollout's failed wave goes back to (None: there is none)."""
+    for s in reversed(_secrets(api, name, namespace)):
+        labels = s.metadata.labels or {}
+        if labels.get("status") in ("deployed", "superseded") and labels.get(FLEET_LABEL) != fleet:
+            return int(labels.get("version", "0"))
+    return None
 
 
 def _stored(name: str, namespace: str, secret: Any, secrets: list[Any]) -> StoredRelease:

@@ -211,6 +211,7 @@ def cmd_dev_demo(args: argparse.Namespace) -> int:
         print(f"cluster {cluster.name} is ready (kubeconfig {cluster.kubeconfig})")
         print(cluster.kubectl("get", "nodes").stdout)
         cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+        cluster.kubectl("apply", "-f", str(REPO_ROOT / "config/02-crd-rollouts.yaml"))  # staged rollouts
         cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         operator = subprocess.Popen(
             [
@@ -417,12 +418,13 @@ def build_parser() -> argparse.ArgumentParser:
     reap = dev_sub.add_parser("reap", help="remove clusters whose owning process died")
     reap.set_defaults(func=cmd_dev_reap)
 
-    from helm_operator.cli import api, diff, plan, project
+    from helm_operator.cli import api, diff, plan, project, rollout
 
     project.register(sub)  # init, rbac
     api.register(sub)  # create-api
     diff.register(sub)  # diff
     plan.register(sub)  # plan show|approve
+    rollout.register(sub)  # rollout status|pause|resume|abort|crd
     return parser
 
 

@@ -17,11 +17,12 @@ from typing import Any, Literal
 
 import yaml
 
-from helm_operator.config import maintenance, sharding
+from helm_operator.config import maintenance, rollout, sharding
 from helm_operator.config import versions as versions_mod
 from helm_operator.config.charts import ChartRef, load_chart
 from helm_operator.config.durations import parse_duration
 from helm_operator.config.maintenance import Maintenance
+from helm_operator.config.rollout import Policy as RolloutPolicy
 from helm_operator.config.sharding import Ring, Shard
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -92,6 +93,7 @@ class Watch:
     maintenance: Maintenance = field(
         default_factory=Maintenance
     )  # when changes may be applied (no windows: any time)
+    rollout: RolloutPolicy | None = None  # a change of the fleet's inputs goes wave by wave (None: at once)
 
     @property
     def api_version(self) -> str:
@@ -222,6 +224,7 @@ _KNOWN_FIELDS = {
     "allowClusterScoped",
     "maintenance",
     "approval",
+    "rollout",
 }
 
 
@@ -374,6 +377,13 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
     if approval not in ("automatic", "manual"):
         raise fail("approval", f"expected automatic or manual, got {approval!r}")
 
+    policy = None
+    if raw.get("rollout") is not None:
+        try:
+            policy = rollout.from_config(raw["rollout"], _validate_selector)
+        except rollout.RolloutError as exc:
+            raise fail(".".join(("rollout", *exc.where)), exc.message) from None
+
     return Watch(
         group=group,
         version=version,
@@ -398,6 +408,7 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         allow_cluster_scoped=boolean("allowClusterScoped", False),
         maintenance=windows,
         approval=approval,
+        rollout=policy,
         versions=versions,
         source=f"{path}: entry {index}",
     )

@@ -115,7 +115,7 @@ OWNS: Mapping[Owner, frozenset[ConditionType]] = {
 }
 OWNS_FIELDS: Mapping[Owner, frozenset[str]] = {
     Owner.RELEASE: frozenset(
-        {"observedGeneration", "release", "history", "lastAttempt", "maintenance", "plan", "chart"}
+        {"observedGeneration", "release", "history", "lastAttempt", "maintenance", "plan", "chart", "rollout"}
     ),
     Owner.WORKLOADS: frozenset(),
     Owner.DRIFT: frozenset(),

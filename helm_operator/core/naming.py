@@ -55,5 +55,16 @@ APPROVAL_ANNOTATION = "helm-operator.io/approval"
 APPROVE_ANNOTATION = "helm-operator.io/approve"
 # What a resource waits for before Helm acts for it (``release.dependencies``).
 DEPENDS_ON_ANNOTATION = "helm-operator.io/depends-on"
+# Staged rollouts: on Helm's release record, the fleet inputs (chart and overrideValues) it was
+# made from; on a resource, the wave of a rollout that admitted it ("<rollout>:<wave>[:rollback]").
+FLEET_LABEL = "helm-operator.io/fleet"
+ROLLOUT_ANNOTATION = "helm-operator.io/rollout"
+# The operator's own kind: one Rollout per watch with a rollout policy (its progress and steering).
+ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_KIND, ROLLOUT_PLURAL = (
+    "helm-operator.io",
+    "v1alpha1",
+    "Rollout",
+    "rollouts",
+)
 FORCE_UNINSTALL_ANNOTATION = "helm-operator.io/force-uninstall"  # "true": uninstall despite failing hooks
 DAY2_LABEL = "helm-operator.io/day2-of"  # on objects day-2 hooks create (backup Jobs): the owner id

@@ -78,6 +78,18 @@ class Reason(StrEnum):
     DEPENDENCY_CYCLE = "DependencyCycle"
     INVALID_DEPENDENCY = "InvalidDependency"
     DEPENDENTS_REMAIN = "DependentsRemain"  # an uninstall waits for what depends on the resource
+    # staged rollouts (on resources, and on the Rollout object of a watch)
+    ROLLOUT_PENDING = "RolloutPending"  # Ready's reason while a change waits for the resource's wave
+    ROLLOUT_ROLLED_BACK = "RolloutRolledBack"  # its wave failed: back on the version it ran before
+    TEST_FAILED = "TestFailed"  # the chart's `helm test` hooks failed after an admitted upgrade
+    ROLLOUT_STARTED = "RolloutStarted"
+    WAVE_STARTED = "WaveStarted"
+    WAVE_COMPLETED = "WaveCompleted"
+    ROLLOUT_HALTED = "RolloutHalted"
+    ROLLOUT_COMPLETED = "RolloutCompleted"
+    ROLLOUT_PAUSED = "RolloutPaused"
+    ROLLOUT_RESUMED = "RolloutResumed"
+    ROLLOUT_ABORTED = "RolloutAborted"
     # drift and the workloads' part of Ready
     NO_DRIFT = "NoDrift"
     DRIFT_DETECTED = "DriftDetected"

@@ -512,6 +512,9 @@ def run(
         with ExitStack() as running:
             with step("operator"):
                 cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+                cluster.kubectl(
+                    "apply", "-f", str(REPO_ROOT / "config/02-crd-rollouts.yaml")
+                )  # staged rollouts
                 cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
                 cluster.kubectl("create", "namespace", namespace)
                 running.enter_context(operator_process(cluster, watches_file, namespace, log))

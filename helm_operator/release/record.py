@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, REVISION_LABEL
+from helm_operator.core.naming import DIGEST_LABEL, FLEET_LABEL, OWNER_LABEL, REVISION_LABEL
 
 PENDING_STATUSES = frozenset({"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"})
 # The description the operator writes when it marks a stale pending-* revision failed.
@@ -69,6 +69,7 @@ class StoredRelease:
     # The objects of ``manifest`` when known without parsing it: named by the post-render of the
     # helm call that made this revision (None: parse the manifest when they are needed).
     objects: tuple[ObjectId, ...] | None = field(default=None, repr=False, compare=False)
+    fleet: str | None = None  # the fleet inputs it was made from (FLEET_LABEL); None: not recorded
 
     @property
     def by_hand(self) -> bool:
@@ -109,4 +110,5 @@ def from_body(
         stamped=int(stamp) if (stamp := str(labels.get(REVISION_LABEL, ""))).isdigit() else None,
         rollback=description.startswith("Rollback to "),
         objects=objects,
+        fleet=labels.get(FLEET_LABEL),
     )

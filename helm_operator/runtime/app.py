@@ -37,7 +37,15 @@ from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.sharding import Ring, Shard, describe
-from helm_operator.config.watches import Watch, in_ring, resolve, selector_matches, selector_query, sharded
+from helm_operator.config.watches import (
+    Watch,
+    WatchesError,
+    in_ring,
+    resolve,
+    selector_matches,
+    selector_query,
+    sharded,
+)
 from helm_operator.core.lease import Gate, open_gate
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
@@ -46,6 +54,7 @@ from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
+from helm_operator.runtime import rollouts
 from helm_operator.runtime.fence import Fence, FencedApiClient
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
 from helm_operator.runtime.kopf_discovery import notice_what_appears_while_listing
@@ -239,6 +248,22 @@ class App:
                 time.sleep(1.0)
         return [next(r for r in resolved if r.key == w.key) for w in self.settings.watches]
 
+    def _check_rollouts(self, watches: Sequence[Watch]) -> None:
+        """Rollout policies need their CRD, and one driver per fleet: not a ring's every replica."""
+        staged = [w for w in watches if w.rollout is not None]
+        if not staged:
+            return
+        if self.settings.ring is not None:
+            raise WatchesError(
+                staged[0].source,
+                "a rollout policy is not supported with --controller-ring yet (every replica would "
+                "drive the same rollout); use static shards or one replica",
+                fieldname="rollout",
+            )
+        missing = rollouts.missing_crd(self.kube)
+        if missing:
+            raise WatchesError(staged[0].source, missing, fieldname="rollout")
+
     def _wire(self, watches: Sequence[Watch]) -> None:
         registry, runtime, drift = self.registry, self.runtime, self.drift
         creds = _connection_info(self.kube_config) if self.settings.kubeconfig else None
@@ -268,11 +293,24 @@ class App:
             # nproc+4 threads: on a small node that, not helm, capped how many reconciles progressed.
             loop.set_default_executor(ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
             self.releases.start()
-            for coro in (
+            loops = [
                 self._heartbeat(),
                 sweep_terminating(runtime, watches, self.settings.namespaces, drift, self.resyncs),
                 self.resyncs.run(),
-            ):
+            ]
+            if any(w.rollout is not None for w in watches):
+                patterns = self.settings.namespaces
+                plain = [] if self._globbed else list(patterns)
+                driver = rollouts.Driver(
+                    self.kube,
+                    self.reporter,
+                    watches,
+                    runtime.rollout_of,
+                    lambda ns: ns is None or not patterns or in_patterns(ns, patterns),
+                    plain,
+                )
+                loops.append(driver.run())
+            for coro in loops:
                 task = loop.create_task(coro)
                 self._tasks.add(task)
             # Before kopf's watch streams start: what readiness waits for to be handled once.
@@ -394,6 +432,7 @@ class App:
             if self.fence is not None:
                 self.fence.arm()
             watches = self.resolve_watches()  # after the wait: a standby may wait for days
+            self._check_rollouts(watches)
             LEADER.set(1)
             self.probes.lead()
             self._wire(watches)

@@ -20,7 +20,7 @@ from helm_operator.config.charts import ChartInfo, ChartRef, installed_crds
 from helm_operator.config.sharding import object_labels
 from helm_operator.config.watches import Watch
 from helm_operator.core.masking import mask
-from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, RETRY_ANNOTATION
+from helm_operator.core.naming import DIGEST_LABEL, FLEET_LABEL, OWNER_LABEL, RETRY_ANNOTATION
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 from helm_operator.core.values import digest, merge, user_values, validate
 from helm_operator.core.vocabulary import Reason
@@ -28,6 +28,7 @@ from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.runner import HookResult
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome
+from helm_operator.release.rollout import fleet_digest
 
 # Helm keeps each revision in one Secret (at most 1 MiB) as base64 of the gzipped release.
 RELEASE_RECORD_MAX = 1024 * 1024
@@ -78,11 +79,19 @@ class Target:
     owner_ref: Mapping[str, Any] | None = None  # an ownerReference to the CR, for rendered objects
     tenant: TenantRules = NOT_ENFORCED
     context: str = ""  # what besides the digest decides an action's outcome (``context_of``)
+    fleet: str = ""  # the fleet inputs it is made from (chart, overrideValues): ``rollout.fleet_digest``
 
     @property
     def labels(self) -> dict[str, str]:
-        """The labels of Helm's release record (the shard's too: its release-index watch selects it)."""
-        return {OWNER_LABEL: self.ident.owner, DIGEST_LABEL: self.digest, **object_labels(self.watch.shard)}
+        """The labels of Helm's release record (the shard's too: its release-index watch selects
+        it; the fleet inputs: a staged rollout tells who runs them)."""
+        fleet = {FLEET_LABEL: self.fleet} if self.fleet else {}
+        return {
+            OWNER_LABEL: self.ident.owner,
+            DIGEST_LABEL: self.digest,
+            **fleet,
+            **object_labels(self.watch.shard),
+        }
 
 
 def record_size_estimate(chart_files_gz: int, values: Mapping[str, Any]) -> int:
@@ -147,7 +156,8 @@ def prepare(
     if cr.uid:
         owner_ref = {"apiVersion": watch.api_version, "kind": watch.kind, "name": cr.name, "uid": cr.uid}
     context = context_of(watch, tenant, cr.annotations)
-    return Target(watch, cr.ident, want, values, chart_ref, owner_ref, tenant, context)
+    fleet = fleet_digest(chart.name, chart.version, chart.content_digest, watch.override_values)
+    return Target(watch, cr.ident, want, values, chart_ref, owner_ref, tenant, context, fleet)
 
 
 def crds_refused(

@@ -30,6 +30,7 @@ from helm_operator.core.conditions import Contribution, Owner, says, status_patc
 from helm_operator.core.naming import (
     CHART_VERSION_ANNOTATION,
     OWNER_LABEL,
+    ROLLOUT_ANNOTATION,
     WINDOW_OVERRIDE_ANNOTATION,
     WINDOWS_ANNOTATION,
 )
@@ -46,14 +47,15 @@ from helm_operator.release.approval import waiting_message as approval_waiting
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
 from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import ReleaseId, identify
-from helm_operator.release.outcome import Outcome, Phase
+from helm_operator.release.outcome import Outcome, Phase, Remediation
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
+from helm_operator.release.rollout import Admission, Mark, admission, fleet_digest, mark_of, resource_status
 from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan, plan_drift
 from helm_operator.release.status import progress_patch, release_contribution
 from helm_operator.release.windows import Gate, gate, waiting_message
 from helm_operator.release.windows import contribution as window_contribution
 from helm_operator.release.windows import effective as windows_of
-from helm_operator.runtime import ordering
+from helm_operator.runtime import ordering, rollouts
 from helm_operator.runtime.actions import ACTIONS, ActionContext, correct_drift, up_to_date
 from helm_operator.runtime.desired import Resource, Target, chart_for, chart_status, desired
 from helm_operator.runtime.idle import status_digest, written
@@ -81,6 +83,7 @@ class Result:
     plan: Mapping[str, Any] | None = None  # the plan that waits for approval, as status.plan says it
     chart: Mapping[str, Any] | None = None  # status.chart (versions side by side, or a pin)
     wake_after: float | None = None  # seconds: look again then, although nothing failed (a window opens)
+    rollout: Mapping[str, Any] | None = None  # status.rollout (the watch has a rollout policy)
 
 
 def _condition(cr: Resource, ctype: ConditionType) -> Mapping[str, Any] | None:
@@ -133,12 +136,43 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
         return _stall(cr, outcome, retry_after=watch.reconcile_period)
     result = await _reconcile(rt, cr, track, windows, chart_ref, chart)
     running = result.outcome.release.chart_version if result.outcome.release else None
+    staged = None
+    if watch.rollout is not None:
+        current = await rt.rollout_of(watch)
+        target = fleet_digest(chart.name, chart.version, chart.content_digest, watch.override_values)
+        out = result.outcome
+        fleet = _running_fleet(out.release, out.digest, target)
+        waiting = out.reason in (Reason.ROLLOUT_PENDING, Reason.ROLLOUT_ROLLED_BACK)
+        # A retry that waits out its backoff is still a failing change (what a wave counts).
+        memory = result.attempts or max(
+            attempts_from_status(cr.status),
+            rt.attempts.get(cr.ident.key, Attempts()),
+            key=lambda a: a.last_attempt,
+        )
+        retrying = out.phase == "progressing" and memory.failures > 0 and memory.digest == out.digest
+        staged = resource_status(
+            current, target, fleet, _mark(cr), "failed" if retrying else out.phase, waiting
+        )
     return dataclasses.replace(
         result,
         gate=result.gate or Gate(windows),
         approval=result.approval or Verdict(True),
         chart=chart_status(watch, chart.version, running, pin),
+        rollout=staged,
     )
+
+
+def _mark(cr: Resource) -> Mark | None:
+    return mark_of(cr.annotations.get(ROLLOUT_ANNOTATION))
+
+
+def _running_fleet(release: StoredRelease | None, digest: str | None, target: str) -> str | None:
+    """The fleet inputs the running release was made from: the target's when it is exactly the
+    desired release (whatever its label says: made before labels, or by inputs that did not
+    change it), else its label."""
+    if release is None:
+        return None
+    return target if release.digest is not None and release.digest == digest else release.fleet
 
 
 async def _reconcile(
@@ -186,6 +220,17 @@ async def _reconcile(
     waits = await ordering.hold(rt.kube, rt.dependents, cr, p.action)
     if waits is not None:
         return _held(cr, *waits, events)
+    staged = await _admission(rt, cr, target, release, p.action)
+    if staged.rollback:
+        return await _roll_back(rt, cr, target, release, events)
+    if staged.waiting is not None:
+        message = f"release {target.ident.name} runs the fleet's previous chart and values: {staged.waiting}"
+        mark = _mark(cr)
+        reason = Reason.ROLLOUT_ROLLED_BACK if mark is not None and mark.rollback else Reason.ROLLOUT_PENDING
+        outcome, found = await _running_as_is(rt, cr, target, release, reason, message, track)
+        ready = _condition(cr, ConditionType.READY)
+        once = [] if says(ready, message) else [Event.normal(reason, message)]
+        return Result(outcome, events=(*events, *once), drift=found)
     try:
         approval = approval_mode(watch.approval, cr.annotations)
     except ApprovalError as exc:
@@ -226,6 +271,8 @@ async def _reconcile(
         scopes = await asyncio.to_thread(rt.discovery.scopes)
         async with _progress_announced(rt, cr, p) as announced, _deletion_watch(rt, cr) as abort:
             outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
+            if p.action is Action.UPGRADE and outcome.phase == "ready" and _tested(cr):
+                outcome = await _test_gate(rt, target, outcome)
         if rt.releases is not None:
             rt.releases.forget(ident.namespace, ident.name)
             if outcome.release is not None:
@@ -302,29 +349,10 @@ async def _waiting(
     events: list[Event],
     track: Callable[[], None],
 ) -> Result:
-    """A change waits for a window: the release runs as it is (``Ready`` says how), its live
-    objects are still compared with it and corrected, and the resource is looked at again when
-    the window opens."""
+    """A change waits for a window, and the resource is looked at again when the window opens."""
     assert allowed.opens is not None
     message = waiting_message(allowed, target.ident.name, release.revision if release else None)
-    deployed = release is not None and release.status == "deployed"
-    outcome = Outcome(
-        "ready" if deployed else "progressing",
-        Reason.UPGRADE_PENDING,
-        message,
-        release=release,
-        digest=target.digest,
-    )
-    found = None
-    if deployed and rt.drift is not None:  # drift correction goes on (unless the windows say report)
-        track()
-        found = await rt.drift.observe(cr.watch, cr.ident, cr.annotations)
-        if found is not None and plan_drift(found.seen).action is Action.CORRECT_DRIFT:
-            hooks = rt.day2 if rt.day2 is not None and rt.day2.of(cr.watch) is not None else None
-            announce = _correcting_announced(rt, cr, outcome, hooks)
-            ctx = ActionContext(rt.helm, rt.kube, target, release, {}, drift=found, announce=announce)
-            await correct_drift(ctx)
-            found = dataclasses.replace(found, corrected=True)
+    outcome, found = await _running_as_is(rt, cr, target, release, Reason.UPGRADE_PENDING, message, track)
     pending = _condition(cr, ConditionType.UPGRADE_PENDING)
     told = (
         []
@@ -333,6 +361,143 @@ async def _waiting(
     )
     wake = max(1.0, (allowed.opens - dt.datetime.now(dt.UTC)).total_seconds() + 0.5)
     return Result(outcome, events=(*events, *told), drift=found, gate=allowed, wake_after=wake)
+
+
+async def _running_as_is(
+    rt: Runtime,
+    cr: Resource,
+    target: Target,
+    release: StoredRelease | None,
+    reason: Reason,
+    message: str,
+    track: Callable[[], None],
+) -> tuple[Outcome, DriftReport | None]:
+    """A change waits (for a window, or for its wave): the release runs as it is (``Ready`` says
+    how), its live objects are still compared with it and corrected (unless the windows say
+    report only)."""
+    deployed = release is not None and release.status == "deployed"
+    outcome = Outcome(
+        "ready" if deployed else "progressing", reason, message, release=release, digest=target.digest
+    )
+    found = None
+    if deployed and rt.drift is not None:
+        track()
+        found = await rt.drift.observe(cr.watch, cr.ident, cr.annotations)
+        if found is not None and plan_drift(found.seen).action is Action.CORRECT_DRIFT:
+            hooks = rt.day2 if rt.day2 is not None and rt.day2.of(cr.watch) is not None else None
+            announce = _correcting_announced(rt, cr, outcome, hooks)
+            ctx = ActionContext(rt.helm, rt.kube, target, release, {}, drift=found, announce=announce)
+            await correct_drift(ctx)
+            found = dataclasses.replace(found, corrected=True)
+    return outcome, found
+
+
+async def _admission(
+    rt: Runtime, cr: Resource, target: Target, release: StoredRelease | None, action: Action
+) -> Admission:
+    """What the watch's staged rollout says about this turn's action (no policy: go). Its object
+    is read only for an upgrade of the fleet's inputs that no mark admits."""
+    watch = cr.watch
+    if watch.rollout is None:
+        return Admission()
+    current = await rt.rollout_of(watch)
+    mark = _mark(cr)
+    running = _running_fleet(release, target.digest, target.fleet)
+    governed = action is Action.UPGRADE
+    said = None
+    if governed and running != target.fleet:
+        if mark is None or mark.rollout != current:
+            said = await rollouts.phase(rt.kube, watch, current)
+        else:  # admitted: the mark as it is now (a halt may have turned it into a rollback since)
+            ref = ObjectRef(watch.api_version, watch.kind, cr.name, cr.namespace)
+            now = await asyncio.to_thread(rt.kube.get_custom, ref, watch.served_plural)
+            mark = mark_of(((now or {}).get("metadata", {}).get("annotations") or {}).get(ROLLOUT_ANNOTATION))
+    return admission(governed, running, target.fleet, current, mark, said)
+
+
+def _tested(cr: Resource) -> bool:
+    """An upgrade a rollout admitted, of a watch whose policy gates waves on ``helm test`` too."""
+    policy, mark = cr.watch.rollout, _mark(cr)
+    return policy is not None and policy.test and mark is not None and not mark.rollback
+
+
+async def _test_gate(rt: Runtime, target: Target, upgraded: Outcome) -> Outcome:
+    """The chart's test hooks after an upgrade its wave admitted. A failure fails the upgrade as
+    Helm's own failure would: the release goes back to its previous revision (with
+    ``rollbackOnFailure``) and the failure is what the rollout counts."""
+    ident, watch = target.ident, target.watch
+    try:
+        await rt.helm.test(ident.name, ident.namespace, timeout=watch.timeout)
+    except HelmError as exc:
+        revision = upgraded.release.revision if upgraded.release else "?"
+        remediation = None
+        if watch.rollback_on_failure:
+            try:
+                await rt.helm.rollback(
+                    ident.name,
+                    ident.namespace,
+                    None,
+                    timeout=watch.timeout,
+                    wait=watch.wait,
+                    history_max=watch.history_max,
+                )
+                remediation = Remediation("rollback", True, "rolled back to the previous revision")
+            except HelmError as again:
+                remediation = Remediation("rollback", False, f"rollback failed: {again.message}")
+            if rt.releases is not None:
+                rt.releases.forget(ident.namespace, ident.name)
+        return dataclasses.replace(
+            upgraded,
+            phase="failed",
+            reason=Reason.TEST_FAILED,
+            message=f"revision {revision}: helm test failed: {exc.message}",
+            remediation=remediation,
+            release=await storage.read(rt.kube.core, ident),
+        )
+    return upgraded
+
+
+async def _roll_back(
+    rt: Runtime, cr: Resource, target: Target, release: StoredRelease | None, events: list[Event]
+) -> Result:
+    """The resource's wave failed and its release runs the rollout's inputs: back to the newest
+    revision made from other inputs (what it ran before the wave started)."""
+    mark, ident, watch = _mark(cr), target.ident, cr.watch
+    assert mark is not None
+    where = f"wave {mark.wave} of rollout {mark.rollout} failed"
+    back_to = await asyncio.to_thread(
+        storage.ran_before, rt.kube.core, ident.name, ident.namespace, target.fleet
+    )
+    if back_to is None:  # installed on the rollout's inputs: it never ran anything else
+        outcome = up_to_date(release, target)
+        message = f"{where}; release {ident.name} was made with these chart and values: nothing to go back to"
+        return Result(dataclasses.replace(outcome, message=message), events=tuple(events))
+    try:
+        await rt.helm.rollback(
+            ident.name,
+            ident.namespace,
+            back_to,
+            timeout=watch.timeout,
+            wait=watch.wait,
+            history_max=watch.history_max,
+        )
+    except HelmError as exc:
+        failed = Outcome(
+            "failed", Reason.ROLLBACK_FAILED, f"{where}; rollback failed: {exc.message}", digest=target.digest
+        )
+        return Result(
+            failed, retry_after=30.0, events=(*events, Event.warning(Reason.ROLLBACK_FAILED, failed.message))
+        )
+    finally:
+        if rt.releases is not None:
+            rt.releases.forget(ident.namespace, ident.name)
+    after = await storage.read(rt.kube.core, ident)
+    now_at = after.revision if after else "?"
+    message = f"{where}: release {ident.name} rolled back to revision {back_to} (now revision {now_at})"
+    outcome = Outcome(
+        "ready", Reason.ROLLOUT_ROLLED_BACK, message, action="rollback", release=after, digest=target.digest
+    )
+    return Result(outcome, events=(*events, Event.warning(Reason.ROLLOUT_ROLLED_BACK, message)))
 
 
 @dataclass(frozen=True)
@@ -393,6 +558,8 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
             said += [plan_said] if plan_said is not None else []
         if result.chart is not None:
             said.append(Contribution(Owner.RELEASE, (), {"chart": result.chart}))
+        if result.rollout is not None:
+            said.append(Contribution(Owner.RELEASE, (), {"rollout": result.rollout}))
         patch = status_patch_of(cr.status, said, generation, now)
         writes: list[Coroutine[Any, Any, Any]] = [rt.reporter.events(ref, events)]
         if result.announced or any(cr.status.get(k) != v for k, v in patch.items()):  # often: no change

@@ -19,6 +19,7 @@ from helm_operator.drift.scheduler import DriftChecker
 from helm_operator.hooks.day2 import Day2
 from helm_operator.release.attempts import Attempts
 from helm_operator.release.dependencies import Dependents
+from helm_operator.release.rollout import fleet_digest, rollout_id
 from helm_operator.release.state import RetryPolicy
 
 CHART_RESTAT = 5.0  # seconds a local chart's files are not looked at again
@@ -65,6 +66,14 @@ class Runtime:
             return chart
         path = await self.helm.pull(chart)
         return ChartRef(ref=chart.ref, path=path, version=chart.version)
+
+    async def rollout_of(self, watch: Watch) -> str:
+        """The watch's current rollout: the fleet inputs of every chart version it serves."""
+        fleets = []
+        for _, ref in watch.versions or (("", watch.chart),):
+            info = self.chart(await self.local_chart(watch, ref))
+            fleets.append(fleet_digest(info.name, info.version, info.content_digest, watch.override_values))
+        return rollout_id(fleets)
 
     def chart(self, ref: ChartRef) -> ChartInfo:
         """Chart metadata, cached until a file of the chart changes (looked at every few seconds)."""

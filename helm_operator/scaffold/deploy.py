@@ -210,8 +210,11 @@ def config_files(d: Deploy, header: str = REPO_HEADER) -> dict[str, str]:
     Numbered so that ``kubectl apply -f config/`` creates the namespace first and the
     permissions before the Pods that need them.
     """
+    from helm_operator.scaffold.rollout_crd import FILE, rollout_crd
+
     deployments = [deployment(d)] if not d.shards else [deployment(d, s) for s in (*d.shards, "")]
     return {
+        FILE: to_yaml(rollout_crd(), header),
         "00-namespace.yaml": to_yaml(namespace(d), header),
         "01-service-account.yaml": to_yaml(service_account(d), header),
         "03-deployment.yaml": header + "---\n".join(dump(doc) for doc in deployments),

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 import helm_operator.hooks as hooks_facade
+from helm_operator.core.naming import ROLLOUT_GROUP, ROLLOUT_PLURAL
 from helm_operator.scaffold.deploy import Flow, dump
 
 HELM_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -351,6 +352,9 @@ def base_grants() -> list[Grant]:
         # the operator sweeps terminating namespaces for resources waiting on its finalizer.
         Grant(CLUSTER, "", "namespaces", READ_VERBS),
         Grant(CLUSTER, CRD_GROUP, "customresourcedefinitions", READ_VERBS),
+        # staged rollouts: the operator writes each watch's Rollout (config/ ships its CRD)
+        Grant(CLUSTER, ROLLOUT_GROUP, ROLLOUT_PLURAL, ("get", "list", "watch", "create", "patch")),
+        Grant(CLUSTER, ROLLOUT_GROUP, f"{ROLLOUT_PLURAL}/status", ("get", "patch")),
     ]
 
 

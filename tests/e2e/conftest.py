@@ -201,8 +201,8 @@ REALWORLD_WATCHES = [
 
 @pytest.fixture(scope="session")
 def crds(cluster: DevCluster) -> None:
-    """The sample CRDs and the test CRDs, established."""
-    for folder in (REPO / "crds", REPO / "tests/e2e/crds"):
+    """The sample CRDs, the test CRDs and the operator's own (Rollout), established."""
+    for folder in (REPO / "crds", REPO / "tests/e2e/crds", REPO / "config/02-crd-rollouts.yaml"):
         cluster.kubectl("apply", "-f", str(folder))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 

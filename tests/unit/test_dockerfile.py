@@ -264,11 +264,13 @@ def test_deployment_is_hardened_and_probed() -> None:
 
 
 def test_config_applies_in_order() -> None:
-    """``kubectl apply -f config/`` goes by file name: namespace, account, RBAC, then the Pods."""
+    """``kubectl apply -f config/`` goes by file name: namespace, account, the Rollout CRD, RBAC,
+    then the Pods."""
     names = sorted(p.name for p in (REPO / "config").glob("*.yaml"))
     kinds = [yaml.safe_load_all((REPO / "config" / n).read_text()) for n in names]
     first = [next(d for d in docs if d)["kind"] for docs in kinds]
-    assert first[:4] == ["Namespace", "ServiceAccount", "ClusterRole", "Deployment"], list(
+    expected = ["Namespace", "ServiceAccount", "CustomResourceDefinition", "ClusterRole", "Deployment"]
+    assert first[:5] == expected, list(
         zip(names, first, strict=True)
     )
 

@@ -35,6 +35,7 @@ def test_init_creates_a_project_that_deploys_and_builds(
         "charts/.gitkeep",
         "config/00-namespace.yaml",
         "config/01-service-account.yaml",
+        "config/02-crd-rollouts.yaml",
         "config/02-rbac.yaml",
         "config/03-deployment.yaml",
         "config/04-metrics-service.yaml",

@@ -1,0 +1,174 @@
+"""``helm-operator rollout status|pause|resume|abort|crd``: follow and steer the staged rollouts of
+the watches that have a ``rollout:`` policy. Each rollout is a ``Rollout`` object (cluster-scoped,
+named ``<plural>.<group>`` of its kind); these commands read its status and write its spec, as
+``kubectl`` could."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from helm_operator.cli.common import kubeconfig_path
+from helm_operator.core.naming import ROLLOUT_GROUP, ROLLOUT_PLURAL, ROLLOUT_VERSION
+
+
+class RolloutCliError(Exception):
+    """Something the user must act on; printed, exit 1."""
+
+
+def _api(args: argparse.Namespace) -> Any:
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    kubeconfig = kubeconfig_path(args.kubeconfig)
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    return client.CustomObjectsApi(client.ApiClient(cfg))
+
+
+def _get(api: Any, name: str) -> dict[str, Any]:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        obj: dict[str, Any] = api.get_cluster_custom_object(
+            ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_PLURAL, name
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            names = [i["metadata"]["name"] for i in _list(api)]
+            known = (
+                f"; there are: {', '.join(names)}"
+                if names
+                else "; there is none (no watch has a rollout policy)"
+            )
+            raise RolloutCliError(f"no rollout {name!r}{known}") from None
+        raise
+    return obj
+
+
+def _list(api: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.list_cluster_custom_object(
+        ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_PLURAL
+    )["items"]
+    return items
+
+
+def describe(obj: Mapping[str, Any]) -> list[str]:
+    """A rollout as lines of text: its phase, each wave's progress, what failed."""
+    st = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    lines = [
+        f"{obj['metadata']['name']}: rollout {st.get('rollout', '?')} {st.get('phase', 'not started')}"
+        f" at wave {st.get('wave', '?')} ({st.get('updated', '?')} updated)"
+        + (" (paused)" if spec.get("paused") and st.get("phase") != "Paused" else ""),
+    ]
+    if st.get("message"):
+        lines.append(f"  {st['message']}")
+    for w in st.get("waves") or []:
+        when = ", ".join(f"{k[:-2]} {w[k]}" for k in ("admittedAt", "readyAt", "completedAt") if w.get(k))
+        lines.append(
+            f"  wave {w['name']}: {w.get('updated', 0)}/{w.get('resources', 0)} updated, "
+            f"{w.get('failed', 0)} failed" + (f" ({when})" if when else "")
+        )
+    for f in st.get("failures") or []:
+        lines.append(f"  failed: {f['resource']}: {f['message']}")
+    return lines
+
+
+def status(args: argparse.Namespace) -> int:
+    api = _api(args)
+    objs = [_get(api, args.name)] if args.name else _list(api)
+    if args.output == "json":
+        print(json.dumps([o.get("status") or {} for o in objs], indent=2, sort_keys=True))
+        return 0
+    if not objs:
+        print("no rollouts: no watch has a rollout policy, or its operator has not started")
+    for o in objs:
+        print("\n".join(describe(o)))
+    return 0
+
+
+def _steer(args: argparse.Namespace, change: Any, said: str) -> int:
+    api = _api(args)
+    obj = _get(api, args.name)
+    patch = change(obj)
+    api.patch_cluster_custom_object(
+        ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_PLURAL, args.name, {"spec": patch}
+    )
+    print(f"{args.name}: {said}")
+    return 0
+
+
+def pause(args: argparse.Namespace) -> int:
+    return _steer(args, lambda o: {"paused": True}, "paused: no further wave starts (resume to go on)")
+
+
+def resume(args: argparse.Namespace) -> int:
+    def change(obj: Mapping[str, Any]) -> dict[str, Any]:
+        st, spec = obj.get("status") or {}, obj.get("spec") or {}
+        patch: dict[str, Any] = {"paused": False}
+        if st.get("phase") == "Halted":  # one more retry than the rollout has seen
+            patch["retries"] = max(int(spec.get("retries") or 0), int(st.get("retries") or 0)) + 1
+        return patch
+
+    return _steer(args, change, "resumed (a halted wave is tried again)")
+
+
+def abort(args: argparse.Namespace) -> int:
+    def change(obj: Mapping[str, Any]) -> dict[str, Any]:
+        current = (obj.get("status") or {}).get("rollout")
+        if not current:
+            raise RolloutCliError(f"{args.name} has no rollout to abort yet")
+        return {"abort": current}
+
+    return _steer(args, change, "aborted: waves not started stay on the version they run")
+
+
+def crd(args: argparse.Namespace) -> int:
+    from helm_operator.scaffold.deploy import dump
+    from helm_operator.scaffold.rollout_crd import rollout_crd
+
+    print(dump(rollout_crd()), end="")
+    return 0
+
+
+def _run(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            rc: int = func(args)
+        except RolloutCliError as exc:
+            print(f"helm-operator: {exc}", file=sys.stderr)
+            return 1
+        return rc
+
+    return run
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "rollout", help="follow and steer the staged rollouts of watches with a rollout policy"
+    )
+    rs = p.add_subparsers(dest="rollout_command", required=True)
+    for name, func, help_ in (
+        ("status", status, "each rollout's phase and waves (all, or the one named)"),
+        ("pause", pause, "start no further wave"),
+        ("resume", resume, "go on after a pause; retry a halted wave"),
+        ("abort", abort, "start no further wave of this rollout"),
+        ("crd", crd, "print the Rollout CRD (kubectl apply -f -)"),
+    ):
+        c = rs.add_parser(name, help=help_)
+        if name != "crd":
+            c.add_argument(
+                "name",
+                nargs="?" if name == "status" else None,
+                help="the Rollout: <plural>.<group> of the kind",
+            )
+            c.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
+        if name == "status":
+            c.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        c.set_defaults(func=_run(func))
