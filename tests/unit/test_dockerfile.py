@@ -270,9 +270,7 @@ def test_config_applies_in_order() -> None:
     kinds = [yaml.safe_load_all((REPO / "config" / n).read_text()) for n in names]
     first = [next(d for d in docs if d)["kind"] for docs in kinds]
     expected = ["Namespace", "ServiceAccount", "CustomResourceDefinition", "ClusterRole", "Deployment"]
-    assert first[:5] == expected, list(
-        zip(names, first, strict=True)
-    )
+    assert first[:5] == expected, list(zip(names, first, strict=True))
 
 
 def test_parser_reads_continuations_stages_and_exec_form() -> None:

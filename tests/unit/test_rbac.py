@@ -309,7 +309,13 @@ def test_namespace_scoped_manifests_keep_only_cluster_scoped_rules_cluster_wide(
         ("Role", "helm-operator-system"),
     ]
     cluster = {r for rule in docs[0]["rules"] for r in rule["resources"]}
-    assert cluster == {"clusterroles", "customresourcedefinitions", "namespaces", "rollouts", "rollouts/status"}
+    assert cluster == {
+        "clusterroles",
+        "customresourcedefinitions",
+        "namespaces",
+        "rollouts",
+        "rollouts/status",
+    }
     team = {r for rule in docs[2]["rules"] for r in rule["resources"]}
     assert {"services", "secrets", "things", "things/status"} <= team and "namespaces" not in team
     with pytest.raises(RbacError, match="not a pattern"):
