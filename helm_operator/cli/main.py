@@ -82,7 +82,38 @@ def _serving(args: argparse.Namespace, shard: str | None, ring: Any = None) -> d
             print(f"helm-operator: {problem}", file=sys.stderr)
         if leader.problems():
             raise Refused(EXIT_CONFIG)
-    return {"metrics_bind": metrics, "probes_bind": probes, "leader": leader}
+    return {"metrics_bind": metrics, "probes_bind": probes, "leader": leader, "conversion": _conversion(args)}
+
+
+def _conversion(args: argparse.Namespace) -> Any:
+    """Where the conversion webhook serves and how the API server reaches it (used when a hook
+    module declares converters); a bad value is a start-up refusal."""
+    from helm_operator.runtime.leader import default_namespace
+    from helm_operator.runtime.probes import parse_bind
+    from helm_operator.runtime.webhook import WebhookSettings
+
+    try:
+        bind = parse_bind(args.conversion_bind_address, "--conversion-bind-address")
+    except ValueError as exc:
+        print(f"helm-operator: {exc}", file=sys.stderr)
+        raise Refused(EXIT_CONFIG) from None
+    if bind is None:
+        return None  # off: a hook module with converters is then a start-up error
+    service = None
+    if args.conversion_service:
+        where, _, port = args.conversion_service.partition(":")
+        ns, _, name = where.partition("/")
+        if not ns or not name or (port and not port.isdigit()):
+            print("helm-operator: --conversion-service: expected NAMESPACE/NAME[:PORT]", file=sys.stderr)
+            raise Refused(EXIT_CONFIG)
+        service = (ns, name, int(port or 443))
+    ns, _, name = (args.conversion_secret or "").rpartition("/")
+    return WebhookSettings(
+        bind=bind,
+        secret_namespace=ns or default_namespace(),
+        secret_name=name or "helm-operator-conversion",
+        service=service,
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -316,6 +347,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics on HOST:PORT or :PORT (all interfaces); 0 (default): off",
     )
     run.add_argument(
+        "--conversion-bind-address",
+        default="0.0.0.0:9444",
+        help="HOST:PORT of the conversion webhook (served when a hook module declares converters)",
+    )
+    run.add_argument(
+        "--conversion-service",
+        default=None,
+        help="NAMESPACE/NAME[:PORT] of the Service that reaches the webhook in a cluster "
+        "(default: the API server calls https://127.0.0.1:PORT, the local control plane)",
+    )
+    run.add_argument(
+        "--conversion-secret",
+        default=None,
+        help="[NAMESPACE/]NAME of the Secret holding the webhook's CA and certificate "
+        "(default: helm-operator-conversion in the operator's namespace)",
+    )
+    run.add_argument(
         "--health-probe-bind-address",
         default="0",
         help="serve /healthz and /readyz on HOST:PORT or :PORT; 0 (default): off",
@@ -418,13 +466,14 @@ def build_parser() -> argparse.ArgumentParser:
     reap = dev_sub.add_parser("reap", help="remove clusters whose owning process died")
     reap.set_defaults(func=cmd_dev_reap)
 
-    from helm_operator.cli import api, diff, plan, project, rollout
+    from helm_operator.cli import api, diff, migrate, plan, project, rollout
 
     project.register(sub)  # init, rbac
     api.register(sub)  # create-api
     diff.register(sub)  # diff
     plan.register(sub)  # plan show|approve
     rollout.register(sub)  # rollout status|pause|resume|abort|crd
+    migrate.register(sub)  # migrate-storage
     return parser
 
 

@@ -75,7 +75,17 @@ def _origin(module: ModuleType, hook: Hook) -> str:
 
 
 def check(module: ModuleType, hooks: Hooks) -> None:
-    """Every hook async and taking one argument; unique task names and action verbs."""
+    """Every hook async and taking one argument; unique task names and action verbs; every
+    converter a plain function of one argument."""
+    for (source, target), fn in hooks.converters.items():
+        where = f"{getattr(module, '__file__', module.__name__)}: convert {source} -> {target} {fn.__name__}"
+        if inspect.iscoroutinefunction(fn):
+            raise HookLoadError(f"{where}: a converter is a plain `def` (pure, no I/O), not `async def`")
+        required = [
+            p for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty
+        ]
+        if len(required) != 1:
+            raise HookLoadError(f"{where}: a converter takes exactly one argument, the object")
     seen: dict[tuple[str, str], str] = {}
     for hook in hooks.hooks:
         where = _origin(module, hook)

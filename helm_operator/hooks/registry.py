@@ -17,6 +17,8 @@ from helm_operator.hooks.context import Context
 
 HookFn = Callable[[Context], Awaitable[None]]
 F = TypeVar("F", bound=HookFn)
+Converter = Callable[[dict[str, Any]], dict[str, Any]]
+C = TypeVar("C", bound=Converter)
 H = TypeVar("H", bound="Hook")
 
 Stage = Literal["install", "upgrade", "uninstall"]
@@ -162,6 +164,8 @@ class Hooks:
 
     def __init__(self) -> None:
         self.hooks: list[Hook] = []  # every hook, in the order the module declares them
+        # API versions: (from, to) -> a pure function over the whole object (``convert``)
+        self.converters: dict[tuple[str, str], Converter] = {}
 
     def _add(self, hook: Hook) -> None:
         self.hooks.append(hook)
@@ -206,6 +210,23 @@ class Hooks:
         ]
 
     # --- the decorators ------------------------------------------------------------------------
+
+    def convert(self, source: str, target: str) -> Callable[[C], C]:
+        """A converter between two versions of the watch's kind (``"v1"``, ``"v2"``): a plain
+        ``def`` taking the object as the API server stores it in ``source`` and returning it as
+        ``target`` has it (``apiVersion`` is set for it). Pure: no I/O, same output for the same
+        input; metadata other than labels and annotations is kept as it came. The operator's
+        conversion webhook calls it; declare both directions, to and from the watch's version."""
+
+        def deco(fn: C) -> C:
+            if (source, target) in self.converters:
+                raise ValueError(f"a converter from {source} to {target} is already declared")
+            if source == target:
+                raise ValueError(f"a converter needs two different versions, got {source} to {target}")
+            self.converters[(source, target)] = fn
+            return fn
+
+        return deco
 
     def values(self, *, timeout: float = 60.0) -> Callable[[F], F]:
         """A value translator: changes ``ctx.values`` (the CR's spec merged with overrideValues)

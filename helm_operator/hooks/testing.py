@@ -465,3 +465,18 @@ def process(container: Mapping[str, Any]) -> Process:
             env[str(var["name"])] = expand(str(var["value"]), env)
     argv = [*container["command"], *(container.get("args") or ())]
     return Process([expand(str(a), env) for a in argv], env)
+
+
+def converted(hooks: Hooks, obj: Mapping[str, Any], version: str, hub: str) -> dict[str, Any]:
+    """``obj`` in ``version``, converted as the operator's webhook would (``hub``: the watch's
+    version); ``ConversionError`` with the message the client would see."""
+    from helm_operator.hooks.conversion import Kind, convert
+
+    group, _, _ = str(obj.get("apiVersion", "")).rpartition("/")
+    return convert(Kind(group, str(obj.get("kind")), hub, hooks.converters), obj, version)
+
+
+def round_trip(hooks: Hooks, obj: Mapping[str, Any], through: str, hub: str) -> dict[str, Any]:
+    """``obj`` converted to ``through`` and back; a test asserts it equals ``obj`` (nothing lost)."""
+    back_to = str(obj.get("apiVersion", "")).rpartition("/")[2]
+    return converted(hooks, converted(hooks, obj, through, hub), back_to, hub)

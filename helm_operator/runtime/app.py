@@ -51,6 +51,7 @@ from helm_operator.core.locks import Concurrency
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.dependents import Change, DependentWatches
 from helm_operator.drift.scheduler import DriftChecker, DriftScheduler
+from helm_operator.hooks import conversion
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
@@ -64,6 +65,7 @@ from helm_operator.runtime.reconcile import finalize
 from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.services import Runtime
 from helm_operator.runtime.sweeper import in_patterns, sweep_terminating
+from helm_operator.runtime.webhook import ConversionWebhook, WebhookSettings
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ class Settings:
     metrics_bind: tuple[str, int] | None = None  # None: no metrics endpoint
     probes_bind: tuple[str, int] | None = None  # None: no /healthz and /readyz
     leader: LeaderSettings | None = None  # None: no election, this process acts at once
+    conversion: WebhookSettings | None = None  # where the conversion webhook serves (hooks with converters)
     hooks: Mapping[str, Hooks] = field(default_factory=dict)  # watch key -> its loaded hook module
     shard: Shard = None  # static sharding (``config.sharding``): None serves every resource
     ring: Ring | None = None  # dynamic sharding: this instance's shard of a ControllerRing
@@ -185,8 +188,9 @@ class App:
         )
         concurrency = Concurrency()
         day2 = None
-        if settings.hooks:
-            day2 = Day2(settings.hooks, self.kube, self.reporter, concurrency, pause=self.checker.pause)
+        hooked = {k: h for k, h in settings.hooks.items() if h.hooks}  # converters alone are no day-2
+        if hooked:
+            day2 = Day2(hooked, self.kube, self.reporter, concurrency, pause=self.checker.pause)
         self.runtime = Runtime(
             helm=self.helm,
             kube=self.kube,
@@ -205,6 +209,7 @@ class App:
         self.states = ReleaseStates()
         self.resyncs = Resyncs()
         self.leadership: Leadership | None = None
+        self.webhook: ConversionWebhook | None = None
         if settings.leader is not None and self.fence is not None:
             # Its own client: the Lease is written before this replica leads, and past no gate.
             self.leadership = Leadership(
@@ -247,6 +252,50 @@ class App:
                     last_log = time.monotonic()
                 time.sleep(1.0)
         return [next(r for r in resolved if r.key == w.key) for w in self.settings.watches]
+
+    def _conversion_kinds(self) -> dict[tuple[str, str], conversion.Kind]:
+        """The kinds whose hook module declares converters; the watch's version is their hub."""
+        out = {}
+        for w in self.settings.watches:
+            hooks = self.settings.hooks.get(w.key)
+            if hooks is not None and hooks.converters:
+                out[(w.group, w.kind)] = conversion.Kind(w.group, w.kind, w.version, dict(hooks.converters))
+        return out
+
+    def _start_webhook(self) -> None:
+        """Every replica serves conversions, before it waits for a lease."""
+        kinds = self._conversion_kinds()
+        if not kinds:
+            return
+        if self.settings.conversion is None:
+            raise WatchesError("hooks", "converters are declared but the conversion webhook has no address")
+        self.webhook = ConversionWebhook(
+            client.ApiClient(self.kube_config), self.settings.conversion, kinds, self.workdir
+        )
+        self.webhook.start()
+
+    def _check_conversions(self, watches: Sequence[Watch]) -> None:
+        """Each converted kind's served versions all have a way between them (else exit 2, naming
+        the pairs); its CRD then converts through the webhook."""
+        if self.webhook is None:
+            return
+        for w in watches:
+            kind = self.webhook.kinds.get((w.group, w.kind))
+            if kind is None:
+                continue
+            crd = f"{w.served_plural}.{w.group}"
+            served, _ = self.webhook.served_versions(crd)
+            gaps = conversion.missing(kind, served)
+            if gaps:
+                pairs = ", ".join(f"{a} -> {b}" for a, b in gaps)
+                raise WatchesError(
+                    w.source,
+                    f"CRD {crd} serves {', '.join(served)} but no converter goes {pairs} "
+                    f"(declare @hooks.convert for each, or both ways through {w.version})",
+                    fieldname="hooks",
+                )
+            if len(served) > 1:
+                self.webhook.inject(crd)
 
     def _check_rollouts(self, watches: Sequence[Watch]) -> None:
         """Rollout policies need their CRD, and one driver per fleet: not a ring's every replica."""
@@ -427,12 +476,14 @@ class App:
                 log.info("metrics on %s:%d/metrics", host, port)
             if self.settings.probes_bind is not None:
                 serve(self.settings.probes_bind, self.probes)
+            self._start_webhook()
             if self.leadership is not None and not self._wait_for_lease():
                 return 0
             if self.fence is not None:
                 self.fence.arm()
             watches = self.resolve_watches()  # after the wait: a standby may wait for days
             self._check_rollouts(watches)
+            self._check_conversions(watches)
             LEADER.set(1)
             self.probes.lead()
             self._wire(watches)
@@ -454,6 +505,8 @@ class App:
                 identity=cast(Any, kopf_identity(self.settings.leader)),
             )
         finally:
+            if self.webhook is not None:
+                self.webhook.stop()
             if self.fence is not None:
                 self.fence.disarm()  # before the lease is handed over: nothing acts after that
             if self.leadership is not None:

@@ -643,6 +643,10 @@ def derive(
             collect.unknown.setdefault((w.api_version, w.kind), set()).add("the watches file")
         else:
             out.grants += custom_resource_grants(own)
+            if any(".convert(" in src for _, src in w.hook_sources):
+                # converters: the operator points its own CRD at its conversion webhook
+                crd = f"{own.plural}.{own.group}"
+                out.grants.append(Grant(CLUSTER, CRD_GROUP, "customresourcedefinitions", ("patch",), (crd,)))
         for api_version, kind in sorted(w.lookups):
             collect.kind(api_version, kind, ("get", "list"), f"{w.chart} (lookup)", generated=False)
         for filename, source in w.hook_sources:

@@ -469,3 +469,11 @@ def test_whatever_a_crds_folder_holds_is_only_created() -> None:
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"], "resourceNames": ["seed"]},
     ]
     assert derived.notes()[0].startswith("charts/thing creates from its crds/ folder ConfigMap seed: ")
+
+
+def test_a_kind_with_converters_may_patch_its_own_crd_and_no_other() -> None:
+    source = "hooks = Hooks()\n@hooks.convert('v1', 'v2')\ndef up(obj):\n    return obj\n"
+    grants = derive(hooks=[("hooks/thing.py", source)])
+    patch = [g for g in grants if g.resource == "customresourcedefinitions" and "patch" in g.verbs]
+    assert [(g.names, g.verbs) for g in patch] == [((f"things.{CRD_GROUP}",), ("patch",))]
+    assert not [g for g in derive() if g.resource == "customresourcedefinitions" and "patch" in g.verbs]

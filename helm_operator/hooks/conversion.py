@@ -1,0 +1,125 @@
+"""API versions converted by the hook module's converters (pure): the way from one version to
+another, one object converted, a whole ``ConversionReview`` answered, and the start-up check that
+every pair of served versions has a way.
+
+A way is a converter declared for the pair, or two through the watch's version (the hub, whose
+spec feeds the chart): ``v1 -> v2 -> v3``. A converter receives a copy of the whole object and
+returns it in the target version; what it may not change (metadata other than labels and
+annotations) is put back as it came, and ``apiVersion`` is set. An object that cannot be
+converted fails the whole review with a message naming the object and the converter: the API
+server then refuses the request with it, and never stores or returns an unconverted object.
+"""
+
+from __future__ import annotations
+
+import copy
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import permutations
+from typing import Any
+
+from helm_operator.hooks.registry import Converter
+
+CONVERTIBLE_METADATA = ("labels", "annotations")
+
+
+class ConversionError(Exception):
+    """An object that cannot be converted: no way between its versions, or a converter failed."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What the webhook knows of one kind: its group, the hub version and the converters."""
+
+    group: str
+    kind: str
+    hub: str
+    converters: Mapping[tuple[str, str], Converter]
+
+
+def way(kind: Kind, source: str, target: str) -> list[tuple[str, str]] | None:
+    """The converters to run from ``source`` to ``target`` (empty: the same version; None: none)."""
+    if source == target:
+        return []
+    if (source, target) in kind.converters:
+        return [(source, target)]
+    steps = [(source, kind.hub), (kind.hub, target)]
+    if all(s in kind.converters or s[0] == s[1] for s in steps):
+        return [s for s in steps if s[0] != s[1]]
+    return None
+
+
+def missing(kind: Kind, served: Sequence[str]) -> list[tuple[str, str]]:
+    """The pairs of served versions with no way between them (what start-up refuses)."""
+    return [(a, b) for a, b in permutations(served, 2) if way(kind, a, b) is None]
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+
+def convert(kind: Kind, obj: Mapping[str, Any], target: str) -> dict[str, Any]:
+    """``obj`` in version ``target``; ``ConversionError`` naming the object and the converter."""
+    source = str(obj.get("apiVersion", "")).rpartition("/")[2]
+    steps = way(kind, source, target)
+    if steps is None:
+        raise ConversionError(
+            f"{kind.kind} {_name(obj)}: no converter from {source} to {target} "
+            f"(declare @hooks.convert({source!r}, {target!r}), or both ways through {kind.hub})"
+        )
+    out = copy.deepcopy(dict(obj))
+    meta = copy.deepcopy(dict(obj.get("metadata") or {}))
+    for a, b in steps:
+        fn = kind.converters[(a, b)]
+        try:
+            result = fn(copy.deepcopy(out))
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+            raise ConversionError(
+                f"{kind.kind} {_name(obj)}: converter {a} -> {b} ({fn.__name__}, {where}) failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        if not isinstance(result, Mapping):
+            raise ConversionError(
+                f"{kind.kind} {_name(obj)}: converter {a} -> {b} ({fn.__name__}) returned "
+                f"{type(result).__name__}, not the object"
+            )
+        out = dict(result)
+        out["apiVersion"] = f"{kind.group}/{b}" if kind.group else b
+        out["kind"] = kind.kind
+        changed = out.get("metadata") or {}
+        out["metadata"] = {
+            **{k: v for k, v in meta.items() if k not in CONVERTIBLE_METADATA},
+            **{k: changed[k] for k in CONVERTIBLE_METADATA if k in changed},
+        }
+    return out
+
+
+def review(kinds: Mapping[tuple[str, str], Kind], body: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer to an ``apiextensions.k8s.io/v1`` ``ConversionReview``."""
+    request = body.get("request") or {}
+    uid = request.get("uid", "")
+    desired = str(request.get("desiredAPIVersion", ""))
+    group, _, target = desired.rpartition("/")
+    converted = []
+    try:
+        for obj in request.get("objects") or []:
+            kind = kinds.get((group, str(obj.get("kind"))))
+            if kind is None:
+                raise ConversionError(f"this operator converts no {obj.get('kind')} of group {group!r}")
+            converted.append(convert(kind, obj, target))
+    except ConversionError as exc:
+        result: dict[str, Any] = {"status": "Failure", "message": str(exc)}
+        return _answer(uid, [], result)
+    return _answer(uid, converted, {"status": "Success"})
+
+
+def _answer(uid: str, objects: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "response": {"uid": uid, "convertedObjects": objects, "result": result},
+    }

@@ -1,0 +1,255 @@
+"""API versions on the local control plane: a kind first served as v1 (``spec.message``, chart
+1.x) gains v2 (``spec.greeting.text``, chart 2.x, where the value was renamed); the operator,
+upgraded to v2 with Python converters, serves the conversion webhook on loopback with a CA of its
+own in the CRD's caBundle. Objects of both versions read in both, a round trip loses nothing, a
+converter that raises is the client's error message, storage is migrated and ``storedVersions``
+trimmed, and with the webhook gone writes fail with the API server's message."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.tools import Toolchain
+
+from .conftest import Helm, releases
+from .operator import REPO, OperatorProcess, Resources, eventually, free_port, metrics
+
+GROUP = "conv.test.helm-operator.io"
+CRD = f"greetings.{GROUP}"
+KEPT = f"{GROUP}/v2-greeting"
+
+
+def crd(versions: list[str], storage: str) -> dict[str, Any]:
+    schemas = {
+        "v1": {"message": {"type": "string"}},
+        "v2": {
+            "greeting": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "emphasis": {"type": "boolean"}},
+            }
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": "Greeting",
+                "plural": "greetings",
+                "singular": "greeting",
+                "listKind": "GreetingList",
+            },
+            "versions": [
+                {
+                    "name": v,
+                    "served": True,
+                    "storage": v == storage,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {"type": "object", "properties": schemas[v]},
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            },
+                        }
+                    },
+                }
+                for v in versions
+            ],
+        },
+    }
+
+
+def chart(root: Path, version: str, text: str) -> Path:
+    path = root / f"greeting-{version}"
+    (path / "templates").mkdir(parents=True)
+    (path / "Chart.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v2", "name": "greeting", "version": version})
+    )
+    (path / "values.yaml").write_text("{}\n")
+    (path / "templates/configmap.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-greeting\n"
+        f'data:\n  text: {{{{ {text} | default "" | quote }}}}\n'
+    )
+    return path
+
+
+def greeting(version: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{version}", "kind": "Greeting", "metadata": {"name": name}, "spec": spec}
+
+
+def read(cluster: DevCluster, ns: str, version: str, name: str) -> dict[str, Any]:
+    out = cluster.kubectl("get", f"greetings.{version}.{GROUP}", name, "-n", ns, "-o", "json")
+    return dict(json.loads(out.stdout))
+
+
+def apply(
+    cluster: DevCluster, doc: dict[str, Any], ns: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(doc), check=check)
+
+
+def revision(helm: Helm, ns: str, name: str) -> int:
+    return int(releases(helm, ns)[name]["revision"])
+
+
+def configmap_text(res: Resources, name: str) -> str:
+    return str((res.get("configmap", f"{name}-greeting") or {}).get("data", {}).get("text"))
+
+
+def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
+    cluster: DevCluster, tools: Toolchain, helm4: Helm, solo_namespace: str, tmp_path: Path
+) -> None:
+    ns, res = solo_namespace, Resources(cluster, solo_namespace)
+    apply(cluster, crd(["v1"], "v1"), "default")
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
+    watch = {"group": GROUP, "kind": "Greeting", "timeout": "60s", "reconcilePeriod": "20s"}
+    w1 = tmp_path / "w1.yaml"
+    w1.write_text(
+        yaml.safe_dump(
+            [{**watch, "version": "v1", "chart": str(chart(tmp_path, "1.0.0", ".Values.message"))}]
+        )
+    )
+    w2 = tmp_path / "w2.yaml"
+    w2.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    **watch,
+                    "version": "v2",
+                    "chart": str(chart(tmp_path, "2.0.0", ".Values.greeting.text")),
+                    "hooks": str(REPO / "tests/e2e/hooks/greeting_versions.py"),
+                }
+            ]
+        )
+    )
+    port = free_port()
+    secret = f"conversion-{ns[-4:]}"
+    args = ["--retry-base", "1", "--retry-cap", "4", "--conversion-bind-address", f"127.0.0.1:{port}"]
+    args += ["--conversion-secret", f"default/{secret}"]
+    (tmp_path / "op").mkdir()
+    op = OperatorProcess(cluster, tools.helm, tmp_path / "op", w1, [ns], extra_args=args)
+    op.start()
+    try:
+        old = greeting("v1", "old", {"message": "hello"})
+        apply(cluster, old, ns)
+        res.wait_condition(f"greetings.{GROUP}", "old", "Ready", timeout=90)
+        assert configmap_text(res, "old") == "hello" and revision(helm4, ns, "old") == 1
+        op.stop()
+
+        # The operator's next version: v2 served beside v1 (stored still as v1), v2 the hub.
+        apply(cluster, crd(["v1", "v2"], "v1"), "default")
+        op.watches = w2
+        op.start()
+        conv = eventually(
+            lambda: (
+                (
+                    c := json.loads(cluster.kubectl("get", "crd", CRD, "-o", "json").stdout)["spec"][
+                        "conversion"
+                    ]
+                ).get("strategy")
+                == "Webhook"
+                and c
+            ),
+            timeout=60,
+            what="the CRD converting through the webhook",
+        )
+        config = conv["webhook"]["clientConfig"]
+        assert config["url"] == f"https://127.0.0.1:{port}/convert" and config["caBundle"], config
+        # The v1 resource feeds the v2 chart through conversion: same text, the renamed value.
+        eventually(lambda: revision(helm4, ns, "old") == 2, timeout=90, what="old on chart 2.0.0")
+        assert configmap_text(res, "old") == "hello"
+        as_v2 = read(cluster, ns, "v2", "old")
+        assert as_v2["spec"] == {"greeting": {"text": "hello"}}, as_v2
+        assert read(cluster, ns, "v1", "old")["spec"] == {"message": "hello"}
+
+        # A v2 resource, read as v1 (emphasis kept aside) and written back as v1: nothing lost.
+        apply(cluster, greeting("v2", "new", {"greeting": {"text": "hi", "emphasis": True}}), ns)
+        res.wait_condition(f"greetings.{GROUP}", "new", "Ready", timeout=90)
+        as_v1 = read(cluster, ns, "v1", "new")
+        assert as_v1["spec"] == {"message": "hi"} and KEPT in as_v1["metadata"]["annotations"], as_v1
+        back = copy.deepcopy(as_v1)
+        back["metadata"] = {"name": "new", "annotations": {KEPT: as_v1["metadata"]["annotations"][KEPT]}}
+        apply(cluster, back, ns)
+        assert read(cluster, ns, "v2", "new")["spec"] == {"greeting": {"text": "hi", "emphasis": True}}
+        # Written as v1 again (same meaning): no new revision for either.
+        apply(cluster, old, ns)
+        before = {n: revision(helm4, ns, n) for n in ("old", "new")}
+        time.sleep(25)  # a resync period and more: a conversion alone makes no revision
+        assert {n: revision(helm4, ns, n) for n in ("old", "new")} == before == {"old": 2, "new": 1}
+
+        # A converter that raises: the client sees its message, nothing is stored.
+        refused = apply(cluster, greeting("v2", "boom", {"greeting": {"text": "boom"}}), ns, check=False)
+        assert refused.returncode != 0 and "greeting.text 'boom' has no v1 form" in refused.stderr, (
+            refused.stderr
+        )
+        assert not res.exists(f"greetings.{GROUP}", "boom")
+        seen = metrics(op.metrics_port)
+        assert seen['helm_operator_conversions_total{kind="Greeting",result="Success"}'] > 0
+        assert seen['helm_operator_conversions_total{kind="Greeting",result="Failure"}'] >= 1
+
+        # Storage moves to v2: migrated, storedVersions trimmed; safe to run twice.
+        apply(cluster, crd(["v1", "v2"], "v2"), "default")
+        stored = json.loads(cluster.kubectl("get", "crd", CRD, "-o", "json").stdout)["status"][
+            "storedVersions"
+        ]
+        assert stored == ["v1", "v2"], stored
+        for _ in range(2):
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "helm_operator.cli",
+                    "migrate-storage",
+                    CRD,
+                    "--kubeconfig",
+                    str(cluster.kubeconfig),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert run.returncode == 0 and "2 objects stored as v2" in run.stdout, run
+        stored = json.loads(cluster.kubectl("get", "crd", CRD, "-o", "json").stdout)["status"][
+            "storedVersions"
+        ]
+        assert stored == ["v2"], stored
+        assert {n: revision(helm4, ns, n) for n in ("old", "new")} == {"old": 2, "new": 1}
+
+        # The webhook gone (the operator stopped): a v1 write needs a conversion and fails with
+        # the API server's message; the object is unchanged.
+        op.stop()
+        gone = apply(cluster, greeting("v1", "old", {"message": "changed"}), ns, check=False)
+        assert gone.returncode != 0 and "conversion webhook" in gone.stderr, gone.stderr
+        op.start()
+        assert read(cluster, ns, "v1", "old")["spec"] == {"message": "hello"}
+    finally:
+        if op.proc is None or op.proc.poll() is not None:
+            op.start()
+        for name in ("old", "new"):
+            cluster.kubectl(
+                "delete",
+                f"greetings.{GROUP}",
+                name,
+                "-n",
+                ns,
+                "--ignore-not-found",
+                "--timeout=120s",
+                check=False,
+            )
+        op.stop()
+        cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "secret", secret, "-n", "default", "--ignore-not-found", check=False)
