@@ -45,6 +45,7 @@ class Deploy:
     replicas: int = 2
     metrics_port: int = 8080
     probe_port: int = 8081
+    conversion_port: int = 9444  # the conversion webhook (served when hooks declare converters)
     # Static shards: a Deployment per shard (``run --shard NAME``) and one for the resources
     # without the shard label (``--unsharded``); empty: one Deployment serving every resource.
     shards: tuple[str, ...] = ()
@@ -95,11 +96,14 @@ def deployment(d: Deploy, shard: str | None = None) -> dict[str, Any]:
             *sharding,
             f"--metrics-bind-address=:{d.metrics_port}",
             f"--health-probe-bind-address=:{d.probe_port}",
+            f"--conversion-bind-address=:{d.conversion_port}",
+            f"--conversion-service={d.namespace}/{d.name}-conversion:443",
         ],
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [
             {"name": "metrics", "containerPort": d.metrics_port, "protocol": "TCP"},
             {"name": "probes", "containerPort": d.probe_port, "protocol": "TCP"},
+            {"name": "conversion", "containerPort": d.conversion_port, "protocol": "TCP"},
         ],
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "probes"},
@@ -179,6 +183,19 @@ def metrics_service(d: Deploy) -> dict[str, Any]:
     }
 
 
+def conversion_service(d: Deploy) -> dict[str, Any]:
+    """How the API server reaches the conversion webhook every replica serves (any of them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(d, f"{d.name}-conversion"),
+        "spec": {
+            "selector": {NAME_LABEL: d.name},
+            "ports": [{"name": "conversion", "port": 443, "targetPort": "conversion", "protocol": "TCP"}],
+        },
+    }
+
+
 class Flow(list[Any]):
     """A list written on one line (``[get, list, watch]``)."""
 
@@ -219,6 +236,7 @@ def config_files(d: Deploy, header: str = REPO_HEADER) -> dict[str, str]:
         "01-service-account.yaml": to_yaml(service_account(d), header),
         "03-deployment.yaml": header + "---\n".join(dump(doc) for doc in deployments),
         "04-metrics-service.yaml": to_yaml(metrics_service(d), header),
+        "05-conversion-service.yaml": to_yaml(conversion_service(d), header),
     }
 
 

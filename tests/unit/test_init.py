@@ -39,6 +39,7 @@ def test_init_creates_a_project_that_deploys_and_builds(
         "config/02-rbac.yaml",
         "config/03-deployment.yaml",
         "config/04-metrics-service.yaml",
+        "config/05-conversion-service.yaml",
         "crds/.gitkeep",
         "dist/README.md",
         "hooks/.gitkeep",
