@@ -32,6 +32,37 @@ def kubeconfig_path(explicit: str | None) -> str | None:
     return kubeconfig
 
 
+def api_client(explicit: str | None) -> Any:
+    """A kubernetes ApiClient from ``--kubeconfig`` (see :func:`kubeconfig_path`), else in-cluster."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    kubeconfig = kubeconfig_path(explicit)
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+class UserError(Exception):
+    """Something the user must act on: printed as ``helm-operator: <message>``, exit 1."""
+
+
+def reporting(func: Any) -> Any:
+    """A command whose :class:`UserError` is printed on stderr with exit code 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            rc: int = func(args)
+        except UserError as exc:
+            print(f"helm-operator: {exc}", file=sys.stderr)
+            return 1
+        return rc
+
+    return run
+
+
 def build_app(args: argparse.Namespace, **settings: Any) -> Any:
     """The application for the watches file and connection flags (``--watches-file``,
     ``--kubeconfig``, ``--helm``) of ``run``, ``finalize`` and ``diff``. Raises :class:`Refused`."""

@@ -10,29 +10,18 @@ object was written, and a second run writes them again.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
-from helm_operator.cli.common import kubeconfig_path
+from helm_operator.cli.common import UserError, api_client, reporting
 
 PAGE = 200
 
 
-class MigrateError(Exception):
-    """Something the user must act on; printed, exit 1."""
-
-
 def _clients(args: argparse.Namespace) -> tuple[Any, Any]:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    cfg = client.Configuration()
-    kubeconfig = kubeconfig_path(args.kubeconfig)
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    api = client.ApiClient(cfg)
+    api = api_client(args.kubeconfig)
     return client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
 
 
@@ -43,9 +32,7 @@ def _crd(apiext: Any, name: str) -> Any:
         return apiext.read_custom_resource_definition(name)
     except ApiException as exc:
         if exc.status == 404:
-            raise MigrateError(
-                f"no CustomResourceDefinition {name!r} (name it as <plural>.<group>)"
-            ) from None
+            raise UserError(f"no CustomResourceDefinition {name!r} (name it as <plural>.<group>)") from None
         raise
 
 
@@ -66,7 +53,7 @@ def _rewrite(custom: Any, group: str, version: str, plural: str, item: dict[str,
             if exc.status == 404:
                 return False
             if exc.status != 409:
-                raise MigrateError(
+                raise UserError(
                     f"{ns + '/' if ns else ''}{name}: {exc.status} {exc.reason}: {exc.body}"
                 ) from None
             item = (
@@ -74,7 +61,7 @@ def _rewrite(custom: Any, group: str, version: str, plural: str, item: dict[str,
                 if ns
                 else custom.get_cluster_custom_object(group, version, plural, name)
             )
-    raise MigrateError(f"{ns + '/' if ns else ''}{name}: changed on every attempt; run again")
+    raise UserError(f"{ns + '/' if ns else ''}{name}: changed on every attempt; run again")
 
 
 def migrate(args: argparse.Namespace) -> int:
@@ -104,14 +91,6 @@ def migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    try:
-        return migrate(args)
-    except MigrateError as exc:
-        print(f"helm-operator: {exc}", file=sys.stderr)
-        return 1
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "migrate-storage",
@@ -119,4 +98,4 @@ def register(sub: Any) -> None:
     )
     p.add_argument("crd", help="the CRD: <plural>.<group>")
     p.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=reporting(migrate))

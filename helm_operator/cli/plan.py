@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Mapping
 from typing import Any
 
-from helm_operator.cli.common import kubeconfig_path
+from helm_operator.cli.common import UserError, api_client, reporting
 from helm_operator.core.naming import APPROVE_ANNOTATION
-
-
-class PlanError(Exception):
-    """Something the user must act on; printed, exit 1."""
 
 
 def _resource(dyn: Any, text: str) -> Any:
@@ -33,31 +28,25 @@ def _resource(dyn: Any, text: str) -> Any:
         if word in {name, singular, kind.lower(), *(r.short_names or [])}:
             found.append(r)
     if not found:
-        raise PlanError(f"the API server serves no resource named {text!r}")
+        raise UserError(f"the API server serves no resource named {text!r}")
     if len({(r.group, r.kind) for r in found}) > 1:
         names = ", ".join(sorted({f"{r.name}.{r.group}" for r in found}))
-        raise PlanError(f"{text!r} is ambiguous: {names}; name it as plural.group")
+        raise UserError(f"{text!r} is ambiguous: {names}; name it as plural.group")
     return max(found, key=lambda r: bool(getattr(r, "preferred", False)))
 
 
 def _read(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
-    from kubernetes import client, config, dynamic
+    from kubernetes import dynamic
     from kubernetes.client.exceptions import ApiException
 
-    cfg = client.Configuration()
-    kubeconfig = kubeconfig_path(args.kubeconfig)
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    dyn = dynamic.DynamicClient(client.ApiClient(cfg))
+    dyn = dynamic.DynamicClient(api_client(args.kubeconfig))
     res = _resource(dyn, args.resource)
     ns = args.namespace if res.namespaced else None
     try:
         obj = res.get(name=args.name, namespace=ns).to_dict()
     except ApiException as exc:
         if exc.status == 404:
-            raise PlanError(f"{res.kind} {args.name} not found{f' in {ns}' if ns else ''}") from None
+            raise UserError(f"{res.kind} {args.name} not found{f' in {ns}' if ns else ''}") from None
         raise
     return res, ns, obj
 
@@ -66,7 +55,7 @@ def _plan(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     plan = (obj.get("status") or {}).get("plan")
     if not plan:
         kind, name = obj.get("kind"), (obj.get("metadata") or {}).get("name")
-        raise PlanError(
+        raise UserError(
             f"{kind} {name} has no plan: its watch or annotation does not ask for approval, "
             "or no change waits"
         )
@@ -113,28 +102,16 @@ def approve(args: argparse.Namespace) -> int:
     res, ns, obj = _read(args)
     plan = _plan(obj)
     if args.id and args.id != plan.get("id"):
-        raise PlanError(
+        raise UserError(
             f"plan {args.id} is not the plan that waits ({plan.get('id')}: {plan.get('summary')}); "
             "the resource or its chart changed since: review the new plan"
         )
     if plan.get("approvedAt"):
-        raise PlanError(f"plan {plan.get('id')} was already approved and applied at {plan['approvedAt']}")
+        raise UserError(f"plan {plan.get('id')} was already approved and applied at {plan['approvedAt']}")
     patch = {"metadata": {"annotations": {APPROVE_ANNOTATION: plan["id"]}}}
     res.patch(body=patch, name=args.name, namespace=ns, content_type="application/merge-patch+json")
     print(f"approved {plan.get('summary')}")
     return 0
-
-
-def _run(func: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            rc: int = func(args)
-        except PlanError as exc:
-            print(f"helm-operator: {exc}", file=sys.stderr)
-            return 1
-        return rc
-
-    return run
 
 
 def register(sub: Any) -> None:
@@ -153,4 +130,4 @@ def register(sub: Any) -> None:
             p.add_argument("-o", "--output", choices=("text", "json"), default="text")
         else:
             p.add_argument("--id", default=None, help="approve only if the waiting plan has this id")
-        p.set_defaults(func=_run(func))
+        p.set_defaults(func=reporting(func))

@@ -7,28 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Mapping
 from typing import Any
 
-from helm_operator.cli.common import kubeconfig_path
+from helm_operator.cli.common import UserError, api_client, reporting
 from helm_operator.core.naming import ROLLOUT_GROUP, ROLLOUT_PLURAL, ROLLOUT_VERSION
 
 
-class RolloutCliError(Exception):
-    """Something the user must act on; printed, exit 1."""
-
-
 def _api(args: argparse.Namespace) -> Any:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    cfg = client.Configuration()
-    kubeconfig = kubeconfig_path(args.kubeconfig)
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    return client.CustomObjectsApi(client.ApiClient(cfg))
+    return client.CustomObjectsApi(api_client(args.kubeconfig))
 
 
 def _get(api: Any, name: str) -> dict[str, Any]:
@@ -46,7 +35,7 @@ def _get(api: Any, name: str) -> dict[str, Any]:
                 if names
                 else "; there is none (no watch has a rollout policy)"
             )
-            raise RolloutCliError(f"no rollout {name!r}{known}") from None
+            raise UserError(f"no rollout {name!r}{known}") from None
         raise
     return obj
 
@@ -123,7 +112,7 @@ def abort(args: argparse.Namespace) -> int:
     def change(obj: Mapping[str, Any]) -> dict[str, Any]:
         current = (obj.get("status") or {}).get("rollout")
         if not current:
-            raise RolloutCliError(f"{args.name} has no rollout to abort yet")
+            raise UserError(f"{args.name} has no rollout to abort yet")
         return {"abort": current}
 
     return _steer(args, change, "aborted: waves not started stay on the version they run")
@@ -135,18 +124,6 @@ def crd(args: argparse.Namespace) -> int:
 
     print(dump(rollout_crd()), end="")
     return 0
-
-
-def _run(func: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            rc: int = func(args)
-        except RolloutCliError as exc:
-            print(f"helm-operator: {exc}", file=sys.stderr)
-            return 1
-        return rc
-
-    return run
 
 
 def register(sub: Any) -> None:
@@ -171,4 +148,4 @@ def register(sub: Any) -> None:
             c.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
         if name == "status":
             c.add_argument("-o", "--output", choices=("text", "json"), default="text")
-        c.set_defaults(func=_run(func))
+        c.set_defaults(func=reporting(func))

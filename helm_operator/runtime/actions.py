@@ -158,20 +158,26 @@ async def upgrade(ctx: ActionContext) -> Outcome:
     return _succeeded("upgrade", Reason.UPGRADE_SUCCEEDED, "upgraded to revision", rel, t)
 
 
-async def _rollback(ctx: ActionContext) -> Remediation:
-    t = ctx.target
+async def roll_back(helm: Helm, t: Target, revision: int | None = None) -> None:
+    """``helm rollback`` of the target's release (None: to the previous revision), with the
+    watch's timeout, wait and history settings."""
+    w = t.watch
+    await helm.rollback(
+        t.ident.name, t.ident.namespace, revision, timeout=w.timeout, wait=w.wait, history_max=w.history_max
+    )
+
+
+async def remediate(helm: Helm, t: Target) -> Remediation:
+    """A failed upgrade rolled back to the previous revision, and whether that worked."""
     try:
-        await ctx.helm.rollback(
-            t.ident.name,
-            t.ident.namespace,
-            None,
-            timeout=t.watch.timeout,
-            wait=t.watch.wait,
-            history_max=t.watch.history_max,
-        )
+        await roll_back(helm, t)
     except HelmError as exc:
         return Remediation("rollback", False, f"rollback failed: {exc.message}")
     return Remediation("rollback", True, "rolled back to the previous revision")
+
+
+async def _rollback(ctx: ActionContext) -> Remediation:
+    return await remediate(ctx.helm, ctx.target)
 
 
 async def rollback(ctx: ActionContext) -> Outcome:

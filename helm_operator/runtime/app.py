@@ -296,6 +296,10 @@ class App:
                 )
             if len(served) > 1:
                 self.webhook.inject(crd)
+        if self.webhook.crds:
+            threading.Thread(
+                target=self.webhook.watch_reachability, name="conversion-check", daemon=True
+            ).start()
 
     def _check_rollouts(self, watches: Sequence[Watch]) -> None:
         """Rollout policies need their CRD, and one driver per fleet: not a ring's every replica."""

@@ -47,7 +47,7 @@ from helm_operator.release.approval import waiting_message as approval_waiting
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
 from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import ReleaseId, identify
-from helm_operator.release.outcome import Outcome, Phase, Remediation
+from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.rollout import Admission, Mark, admission, fleet_digest, mark_of, resource_status
 from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan, plan_drift
@@ -56,7 +56,14 @@ from helm_operator.release.windows import Gate, gate, waiting_message
 from helm_operator.release.windows import contribution as window_contribution
 from helm_operator.release.windows import effective as windows_of
 from helm_operator.runtime import ordering, rollouts
-from helm_operator.runtime.actions import ACTIONS, ActionContext, correct_drift, up_to_date
+from helm_operator.runtime.actions import (
+    ACTIONS,
+    ActionContext,
+    correct_drift,
+    remediate,
+    roll_back,
+    up_to_date,
+)
 from helm_operator.runtime.desired import Resource, Target, chart_for, chart_status, desired
 from helm_operator.runtime.idle import status_digest, written
 from helm_operator.runtime.preview import Previewer, PreviewError
@@ -430,22 +437,9 @@ async def _test_gate(rt: Runtime, target: Target, upgraded: Outcome) -> Outcome:
         await rt.helm.test(ident.name, ident.namespace, timeout=watch.timeout)
     except HelmError as exc:
         revision = upgraded.release.revision if upgraded.release else "?"
-        remediation = None
-        if watch.rollback_on_failure:
-            try:
-                await rt.helm.rollback(
-                    ident.name,
-                    ident.namespace,
-                    None,
-                    timeout=watch.timeout,
-                    wait=watch.wait,
-                    history_max=watch.history_max,
-                )
-                remediation = Remediation("rollback", True, "rolled back to the previous revision")
-            except HelmError as again:
-                remediation = Remediation("rollback", False, f"rollback failed: {again.message}")
-            if rt.releases is not None:
-                rt.releases.forget(ident.namespace, ident.name)
+        remediation = await remediate(rt.helm, target) if watch.rollback_on_failure else None
+        if rt.releases is not None:
+            rt.releases.forget(ident.namespace, ident.name)
         return dataclasses.replace(
             upgraded,
             phase="failed",
@@ -462,7 +456,7 @@ async def _roll_back(
 ) -> Result:
     """The resource's wave failed and its release runs the rollout's inputs: back to the newest
     revision made from other inputs (what it ran before the wave started)."""
-    mark, ident, watch = _mark(cr), target.ident, cr.watch
+    mark, ident = _mark(cr), target.ident
     assert mark is not None
     where = f"wave {mark.wave} of rollout {mark.rollout} failed"
     back_to = await asyncio.to_thread(
@@ -473,14 +467,7 @@ async def _roll_back(
         message = f"{where}; release {ident.name} was made with these chart and values: nothing to go back to"
         return Result(dataclasses.replace(outcome, message=message), events=tuple(events))
     try:
-        await rt.helm.rollback(
-            ident.name,
-            ident.namespace,
-            back_to,
-            timeout=watch.timeout,
-            wait=watch.wait,
-            history_max=watch.history_max,
-        )
+        await roll_back(rt.helm, target, back_to)
     except HelmError as exc:
         failed = Outcome(
             "failed", Reason.ROLLBACK_FAILED, f"{where}; rollback failed: {exc.message}", digest=target.digest

@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from helm_operator.adapters import certs
 from helm_operator.hooks.conversion import Kind, review
@@ -42,6 +42,13 @@ CONVERSIONS = Counter(
     "Objects converted by the conversion webhook, by kind and result (Success, Failure)",
     ["kind", "result"],
 )
+REACHABLE = Gauge(
+    "helm_operator_conversion_webhook_reachable",
+    "1 while the API server reaches the conversion webhook for a kind (a read that needs a "
+    "conversion succeeds), 0 while it does not",
+    ["crd"],
+)
+CHECK_EVERY = 10.0  # seconds between the leader's reads through the webhook
 CONVERSION_SECONDS = Histogram(
     "helm_operator_conversion_seconds",
     "Time to answer one ConversionReview (all its objects)",
@@ -283,6 +290,41 @@ class ConversionWebhook:
         versions = [v.name for v in obj.spec.versions if v.served]
         strategy = obj.spec.conversion.strategy if obj.spec.conversion else "None"
         return versions, str(strategy)
+
+    def reachable(self, crd: str) -> str | None:
+        """Read one object of the CRD in a version it does not store (the API server converts it
+        through the webhook): None when that works (or nothing needs converting), else why not."""
+        obj: Any = self.apiext.read_custom_resource_definition(crd)
+        other = [v.name for v in obj.spec.versions if v.served and not v.storage]
+        if not other:
+            return None
+        custom = client.CustomObjectsApi(self.apiext.api_client)
+        try:
+            custom.list_cluster_custom_object(obj.spec.group, other[0], obj.spec.names.plural, limit=1)
+        except ApiException as exc:
+            text = str(exc.body or exc.reason)
+            if "conversion webhook" in text or "webhook" in text.lower():
+                return text[:500]
+            raise
+        return None
+
+    def watch_reachability(self) -> None:
+        """The leader's loop: say (log and gauge) when the API server cannot reach the webhook —
+        reads and writes of the kind that need a conversion then fail for every client."""
+        said: dict[str, str | None] = {}
+        while not self._stop.wait(CHECK_EVERY if said else 5.0):
+            for crd in sorted(self.crds):
+                try:
+                    why = self.reachable(crd)
+                except Exception as exc:  # the API server itself away: not the webhook's to say
+                    log.debug("conversion webhook check of %s: %s", crd, exc)
+                    continue
+                REACHABLE.labels(crd=crd).set(0 if why else 1)
+                if why and said.get(crd) != why:
+                    log.warning("the API server cannot reach the conversion webhook for %s: %s", crd, why)
+                elif not why and said.get(crd):
+                    log.info("the API server reaches the conversion webhook for %s again", crd)
+                said[crd] = why
 
     def inject(self, crd: str) -> None:
         """Point the CRD's conversion at this webhook, trusting its CA (a no-op when it does)."""
