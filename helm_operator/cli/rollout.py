@@ -94,7 +94,11 @@ def _steer(args: argparse.Namespace, change: Any, said: str) -> int:
 
 
 def pause(args: argparse.Namespace) -> int:
-    return _steer(args, lambda o: {"paused": True}, "paused: no further wave starts (resume to go on)")
+    halted = (_get(_api(args), args.name).get("status") or {}).get("phase") == "Halted"
+    said = "paused: no further wave starts (resume to go on)"
+    if halted:
+        said += "; it is Halted: no wave starts before a resume anyway"
+    return _steer(args, lambda o: {"paused": True}, said)
 
 
 def resume(args: argparse.Namespace) -> int:
@@ -105,7 +109,10 @@ def resume(args: argparse.Namespace) -> int:
             patch["retries"] = max(int(spec.get("retries") or 0), int(st.get("retries") or 0)) + 1
         return patch
 
-    return _steer(args, change, "resumed (a halted wave is tried again)")
+    api = _api(args)
+    halted = (_get(api, args.name).get("status") or {}).get("phase") == "Halted"
+    said = "resumed: the halted wave is tried again" if halted else "resumed: the next wave starts when due"
+    return _steer(args, change, said)
 
 
 def abort(args: argparse.Namespace) -> int:

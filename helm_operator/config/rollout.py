@@ -96,8 +96,13 @@ def from_config(raw: Any, check_selector: Callable[[Any], str | None]) -> Policy
         if extra:
             raise RolloutError((at, extra[0]), f"unknown field; expected {', '.join(_WAVE_FIELDS)}")
         name = item.get("name", f"wave-{i + 1}")
-        if not isinstance(name, str) or not name or (name == REST and i < len(items) - 1):
-            raise RolloutError((at, "name"), f"expected a non-empty name ({REST!r} only last), got {name!r}")
+        takes_the_rest = i == len(items) - 1 and item.get("percent") == 100 and item.get("selector") is None
+        if not isinstance(name, str) or not name or ":" in name or (name == REST and not takes_the_rest):
+            raise RolloutError(
+                (at, "name"),
+                f"expected a name without ':' ({REST!r} only for a last wave of percent 100 without "
+                f"selector: it names what no other wave takes), got {name!r}",
+            )
         if any(w.name == name for w in waves):
             raise RolloutError((at, "name"), f"{name!r} names an earlier wave too")
         selector = item.get("selector")

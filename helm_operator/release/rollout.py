@@ -219,14 +219,18 @@ def _time(stamp: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
 
 
-def _fresh(policy: Policy, current: str, previous: str | None, now: dt.datetime) -> dict[str, Any]:
+def _fresh(
+    policy: Policy, current: str, previous: str | None, retries: int, now: dt.datetime
+) -> dict[str, Any]:
+    """A new rollout's status; the retries asked for so far (``spec.retries``) are its baseline:
+    only a retry asked for during this rollout retries its halted wave."""
     return {
         "rollout": current,
         "previous": previous,
         "phase": "Progressing",
         "wave": policy.names()[0],
         "startedAt": _stamp(now),
-        "retries": 0,
+        "retries": retries,
         "waves": [{"name": n} for n in policy.names()],
     }
 
@@ -245,7 +249,7 @@ def advance(
     step = Step(st)
     if st.get("rollout") != current:
         st.clear()
-        st.update(_fresh(policy, current, status.get("rollout"), now))
+        st.update(_fresh(policy, current, status.get("rollout"), int(spec.get("retries") or 0), now))
         step.events.append((EventType.NORMAL, Reason.ROLLOUT_STARTED, f"rollout {current} started"))
     waves = assign(policy, members)
     names = list(waves)
@@ -255,6 +259,8 @@ def advance(
         group = waves[rec["name"]]
         rec.update(resources=len(group), updated=sum(m.updated for m in group))
         rec["failed"] = sum(m.failed is not None for m in group)
+        if st.get("phase") == "Halted" and rec["name"] == st.get("wave"):  # rolled back, still failed
+            rec["failed"] = max(rec["failed"], len(st.get("failures") or []))
     st["updated"] = f"{sum(m.updated for m in members)}/{len(members)}"
     phase = st.get("phase")
     if phase in ("Complete", "Aborted"):
@@ -308,13 +314,14 @@ def _progress(
         rec = st["waves"][index]
         group = waves[name]
         if rec.get("admittedAt") is None:
-            before = st["waves"][index - 1].get("completedAt") if index > 0 else None
-            opens = (_time(before) or now) + dt.timedelta(seconds=policy.pause)
+            before = _time(st["waves"][index - 1].get("completedAt")) if index > 0 else None
+            opens = before + dt.timedelta(seconds=policy.pause) if before else now  # between waves only
             if now < opens:
                 st["message"] = f"wave {name} starts at {_stamp(opens)} (pause between waves)"
                 return
             rec["admittedAt"] = _stamp(now)
-            say = f"rollout {current}: wave {name} started ({len(group)} resources)"
+            count = f"{len(group)} resource" + ("" if len(group) == 1 else "s")
+            say = f"rollout {current}: wave {name} started ({count})"
             step.events.append((EventType.NORMAL, Reason.WAVE_STARTED, say))
         admit = Mark(current, name, attempt=int(st.get("retries") or 0))
         for m in group:  # admitted, and whoever joined the wave since

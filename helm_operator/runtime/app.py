@@ -301,18 +301,22 @@ class App:
                 target=self.webhook.watch_reachability, name="conversion-check", daemon=True
             ).start()
 
-    def _check_rollouts(self, watches: Sequence[Watch]) -> None:
-        """Rollout policies need their CRD, and one driver per fleet: not a ring's every replica."""
-        staged = [w for w in watches if w.rollout is not None]
-        if not staged:
-            return
-        if self.settings.ring is not None:
+    def _refuse_rollouts_in_a_ring(self) -> None:
+        """One driver per fleet: not a ring's every replica (refused before any Lease is taken)."""
+        staged = [w for w in self.settings.watches if w.rollout is not None]
+        if staged and self.settings.ring is not None:
             raise WatchesError(
                 staged[0].source,
                 "a rollout policy is not supported with --controller-ring yet (every replica would "
                 "drive the same rollout); use static shards or one replica",
                 fieldname="rollout",
             )
+
+    def _check_rollouts(self, watches: Sequence[Watch]) -> None:
+        """Rollout policies need their CRD."""
+        staged = [w for w in watches if w.rollout is not None]
+        if not staged:
+            return
         missing = rollouts.missing_crd(self.kube)
         if missing:
             raise WatchesError(staged[0].source, missing, fieldname="rollout")
@@ -481,6 +485,7 @@ class App:
             if self.settings.probes_bind is not None:
                 serve(self.settings.probes_bind, self.probes)
             self._start_webhook()
+            self._refuse_rollouts_in_a_ring()
             if self.leadership is not None and not self._wait_for_lease():
                 return 0
             if self.fence is not None:

@@ -192,7 +192,7 @@ def _measure(watch: Watch, step: Step, members: Sequence[Member]) -> None:
     for p in PHASES:
         ROLLOUT_WAVE.labels(watch=watch.key, phase=p).set(wave if st.get("phase") == p else 0)
     updated = sum(m.updated for m in members)
-    failed = sum(m.failed is not None and not m.updated for m in members)
+    failed = sum(w.get("failed", 0) for w in st.get("waves") or [])
     ROLLOUT_RESOURCES.labels(watch=watch.key, state="updated").set(updated)
     ROLLOUT_RESOURCES.labels(watch=watch.key, state="failed").set(failed)
     ROLLOUT_RESOURCES.labels(watch=watch.key, state="pending").set(len(members) - updated - failed)

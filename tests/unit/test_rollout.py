@@ -59,7 +59,17 @@ def no_selector_problem(_: Any) -> str | None:
             ("waves[1]", "name"),
             "earlier",
         ),
-        ({"waves": [{"name": "rest", "percent": 5}, {"percent": 9}]}, ("waves[0]", "name"), "only last"),
+        (
+            {"waves": [{"name": "rest", "percent": 5}, {"percent": 9}]},
+            ("waves[0]", "name"),
+            "only for a last",
+        ),
+        (
+            {"waves": [{"percent": 5}, {"name": "rest", "percent": 90}]},
+            ("waves[1]", "name"),
+            "only for a last",
+        ),
+        ({"waves": [{"name": "a:b", "percent": 5}]}, ("waves[0]", "name"), "without ':'"),
         ({"waves": [{"percent": 5, "size": 1}]}, ("waves[0]", "size"), "unknown field"),
         ({"waves": []}, ("waves",), "non-empty"),
         ({"waves": [{"percent": 5}], "maxFailures": -1}, ("maxFailures",), "0 or more"),
@@ -84,6 +94,10 @@ def test_a_policy_reads_durations_and_adds_rest_unless_a_wave_takes_all() -> Non
     )
     assert p.min_ready_seconds == 60 and p.names() == ("c", "wave-2", "rest")
     assert config.from_config({"waves": [{"percent": 100}]}, no_selector_problem).names() == ("wave-1",)
+    last = config.from_config(
+        {"waves": [{"percent": 10}, {"name": "rest", "percent": 100}]}, no_selector_problem
+    )
+    assert last.names() == ("wave-1", "rest")
 
 
 def test_watches_file_rejects_a_percent_over_100_with_file_entry_and_field(tmp_path: Path) -> None:
@@ -275,3 +289,38 @@ def test_resource_status_and_what_the_driver_reads_of_it() -> None:
     assert not member_of(body, "R3", None).updated, "updated for another rollout"
     body["metadata"]["generation"] = 3
     assert not member_of(body, "R", None).updated, "the status is older than the spec"
+
+
+def test_the_pause_is_between_waves_never_before_the_first() -> None:
+    paused = config.Policy(waves=(config.Wave("a", percent=50), config.Wave("b", percent=100)), pause=600)
+    fleet = members(4)
+    first = advance(paused, "R2", {}, {"rollout": "R1", "phase": "Complete"}, fleet, T0)
+    assert len(first.marks) == 2 and first.status["waves"][0]["admittedAt"], first.status
+    every = updated(fleet, {m.key for m in fleet})
+    done_a = advance(paused, "R2", {}, first.status, every, T0 + dt.timedelta(seconds=1))
+    assert done_a.status["wave"] == "b" and "pause between waves" in done_a.status["message"]
+    later = advance(paused, "R2", {}, done_a.status, every, T0 + dt.timedelta(seconds=602))
+    assert later.status["phase"] == "Complete"
+
+
+def test_retries_asked_for_in_an_earlier_rollout_do_not_retry_the_next_one() -> None:
+    fleet = members(2, canaries=2)
+    step = step_through(fleet, T0, retries=2)
+    assert step.status["retries"] == 2 and step.marks["ns/r0"] == Mark("R2", "canary", attempt=2)
+    failing = [
+        Member(m.key, m.labels, Mark("R2", "canary", attempt=2), False, "UpgradeFailed: x") for m in fleet
+    ]
+    halted = step_through(failing, T0 + dt.timedelta(seconds=1), step.status, retries=2)
+    assert halted.status["phase"] == "Halted"
+    still = step_through(failing, T0 + dt.timedelta(seconds=30), halted.status, retries=2)
+    assert still.status["phase"] == "Halted", "nobody asked for a retry in this rollout"
+
+
+def test_a_halted_wave_keeps_counting_its_failures_after_the_rollback() -> None:
+    fleet = members(2, canaries=2)
+    st = step_through(fleet, T0).status
+    failing = [Member(m.key, m.labels, Mark("R2", "canary"), False, "UpgradeFailed: x") for m in fleet]
+    st = step_through(failing, T0 + dt.timedelta(seconds=1), st).status
+    rolled_back = [Member(m.key, m.labels, Mark("R2", "canary", rollback=True)) for m in fleet]
+    after = step_through(rolled_back, T0 + dt.timedelta(seconds=5), st).status
+    assert after["phase"] == "Halted" and after["waves"][0]["failed"] == 2, after
