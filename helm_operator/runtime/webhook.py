@@ -190,6 +190,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connections (and TLS sessions)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("conversion webhook: " + format, *args)

@@ -114,6 +114,7 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
     cluster: DevCluster, tools: Toolchain, helm4: Helm, solo_namespace: str, tmp_path: Path
 ) -> None:
     ns, res = solo_namespace, Resources(cluster, solo_namespace)
+    cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", "--timeout=60s", check=False, timeout=90)
     apply(cluster, crd(["v1"], "v1"), "default")
     cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
     watch = {"group": GROUP, "kind": "Greeting", "timeout": "60s", "reconcilePeriod": "20s"}
@@ -229,13 +230,34 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
         assert stored == ["v2"], stored
         assert {n: revision(helm4, ns, n) for n in ("old", "new")} == {"old": 2, "new": 1}
 
-        # The webhook gone (the operator stopped): a v1 write needs a conversion and fails with
-        # the API server's message; the object is unchanged.
-        op.stop()
+        # The webhook unreachable (the CRD pointed elsewhere) while the operator runs: a v1 write
+        # needs a conversion and fails with the API server's message; the operator keeps running
+        # and says so (log, gauge); its next start points the CRD back at itself.
+        wrong = {
+            "spec": {"conversion": {"webhook": {"clientConfig": {"url": "https://127.0.0.1:1/convert"}}}}
+        }
+        cluster.kubectl("patch", "crd", CRD, "--type=merge", "-p", json.dumps(wrong))
         gone = apply(cluster, greeting("v1", "old", {"message": "changed"}), ns, check=False)
         assert gone.returncode != 0 and "conversion webhook" in gone.stderr, gone.stderr
+        eventually(
+            lambda: "cannot reach the conversion webhook for " + CRD in op.log(),
+            timeout=40,
+            what="the operator says so",
+        )
+        reachable = f'helm_operator_conversion_webhook_reachable{{crd="{CRD}"}}'
+        assert metrics(op.metrics_port)[reachable] == 0.0
+        assert op.proc is not None and op.proc.poll() is None, "the operator keeps running"
+        op.stop()
         op.start()
-        assert read(cluster, ns, "v1", "old")["spec"] == {"message": "hello"}
+        eventually(lambda: metrics(op.metrics_port).get(reachable) == 1.0, timeout=60, what="reachable again")
+        assert read(cluster, ns, "v1", "old")["spec"] == {"message": "hello"}, (
+            "the refused write changed nothing"
+        )
+        # Stopped, no replica serves it: writes that need a conversion fail the same way.
+        op.stop()
+        down = apply(cluster, greeting("v1", "old", {"message": "changed"}), ns, check=False)
+        assert down.returncode != 0 and "conversion webhook" in down.stderr, down.stderr
+        op.start()
     finally:
         if op.proc is None or op.proc.poll() is not None:
             op.start()
@@ -249,6 +271,7 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
                 "--ignore-not-found",
                 "--timeout=120s",
                 check=False,
+                timeout=150,
             )
         op.stop()
         cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", check=False)
