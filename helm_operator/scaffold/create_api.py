@@ -398,7 +398,7 @@ def create(req: Request) -> Outcome:
     if req.cluster_scoped and not req.release_namespace:
         raise ApiError("--cluster-scoped: a cluster-scoped kind needs --release-namespace for its releases")
 
-    same_kind = False
+    same_kind: list[int] = []  # the entries serving another version of the kind
     for i, entry in enumerate(_raw_entries(watches_path)):
         if not isinstance(entry, Mapping) or (entry.get("group", ""), entry.get("kind")) != (
             req.group,
@@ -410,7 +410,17 @@ def create(req: Request) -> Outcome:
                 f"{watches_path}: entry {i} already serves {req.group}/{req.version} {req.kind};"
                 " choose another --version or --kind"
             )
-        same_kind = True
+        if "charts" in entry:
+            raise ApiError(
+                f"{watches_path}: entry {i} serves {req.kind} with several chart versions (charts:); "
+                "add the API version by hand (README: Evolving an API)"
+            )
+        same_kind.append(i)
+    if len(same_kind) > 1:
+        raise ApiError(
+            f"{watches_path}: entries {', '.join(map(str, same_kind))} all serve {req.kind}; one entry per "
+            "kind, its other versions converted to its own (README: Evolving an API): merge them first"
+        )
     # Another version of the kind: its chart and sample get the version in their names.
     others = (
         [w for w in _watches(watches_path) if (w.group, w.kind) == (req.group, req.kind)] if same_kind else []
@@ -429,6 +439,7 @@ def create(req: Request) -> Outcome:
     if sample_path.exists():
         raise ApiError(f"{sample_path}: already exists")
 
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="helm-operator-pull-") as tmp:
         source = _source(req, dest, Path(tmp))
         chart = read_chart(source)
@@ -442,26 +453,33 @@ def create(req: Request) -> Outcome:
             req.plural,
             "Cluster" if req.cluster_scoped else None,
         )
-        entries = [
-            *(
-                Entry(
-                    w.group, w.version, w.kind, _read(w.chart, req.helm), _label(w.chart, watches_path.parent)
-                )
-                for w in others
-            ),
-            new,
-        ]
+        # One entry per kind: a new version becomes the one that feeds the chart (the hub); the
+        # CRD keeps serving (and storing) the versions it had, converted to it by the hooks.
+        entries = [new]
         definition = build(entries, crd_doc, plural=req.plural, short_names=req.short_names)
         target = crd_path or crd_folder / definition.file_name
         taken = [p for (g, k), (p, _) in on_disk.items() if p == target and (g, k) != (req.group, req.kind)]
         if taken:
             raise ApiError(f"{target}: already holds the CRD of another kind")
         text = text_of(entries, definition)
-        entry = _entry(req, label)
-        watches_text = _with_entry(watches_path, entry)
-        _check_watches(watches_path, watches_text, source)
+        if same_kind:
+            index = same_kind[0]
+            watches_text = _with_values(watches_path, index, {"version": req.version, "chart": label})
+            rendered = crd.render(definition)["spec"]["versions"]
+            storage = next(v["name"] for v in rendered if v.get("storage"))
+            old = others[0]
+            notes.append(
+                f"entry {index} of {watches_path} now feeds {label} from {req.version}; the CRD still "
+                f"serves {old.version} and stores {storage}. Declare converters both ways between "
+                f"{old.version} and {req.version} (@hooks.convert) in the module its hooks: field names: "
+                "until then the operator refuses to start, naming the pair (README: Evolving an API). "
+                f"{old.version}'s chart stays in {_label(old.chart, watches_path.parent)} until you remove it"
+            )
+        else:
+            index = None
+            watches_text = _with_entry(watches_path, _entry(req, label))
+        _check_watches(watches_path, watches_text, source, index)
         sample_text = _sample_text(req, chart, sample_path.relative_to(project))
-        notes = []
         if not req.cluster_scoped and not req.allow_cluster_scoped and source.is_dir():
             hints = cluster_scoped_hints(source)
             if hints:
@@ -532,15 +550,25 @@ def _with_entry(path: Path, entry: Mapping[str, Any]) -> str:
         raise ApiError(str(exc)) from None
 
 
-def _check_watches(path: Path, text: str, new_chart: Path) -> None:
+def _with_values(path: Path, index: int, values: Mapping[str, str]) -> str:
+    """The watches file's new text: entry ``index``'s fields changed in place, comments kept."""
+    try:
+        return watchfile.set_values(path.read_text(), index, values, str(path))
+    except watchfile.WatchFileError as exc:
+        raise ApiError(str(exc)) from None
+
+
+def _check_watches(path: Path, text: str, new_chart: Path, index: int | None = None) -> None:
     """The new watches text loads as the operator will load it. Checked on a copy whose local
-    chart paths are absolute (the new entry's chart is not in the project yet): nothing written."""
+    chart paths are absolute (the new or changed entry's chart, ``index``, default the last, is
+    not in the project yet): nothing written."""
     entries = yaml.safe_load(text)
+    changed = len(entries) - 1 if index is None else index
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("chart"), str):
             continue  # load_watches names what is wrong with it
         chart = entry["chart"]
-        if i == len(entries) - 1:
+        if i == changed:
             entry["chart"] = str(new_chart.resolve())
         elif not (chart.startswith("oci://") or entry.get("repo")):
             entry["chart"] = str((path.parent / chart).resolve())

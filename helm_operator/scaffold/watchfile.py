@@ -104,3 +104,30 @@ def add_entry(text: str, entry: Mapping[str, Any], where: str = "watches.yaml") 
             f"{where}: cannot add to its list and keep it; add this entry by hand:\n{_block(entry)}"
         )
     return new
+
+
+def set_values(text: str, index: int, values: Mapping[str, str], where: str = "watches.yaml") -> str:
+    """``text`` with the scalar fields ``values`` of entry ``index`` replaced in place; comments,
+    layout and the entry's other fields kept. Every field must be there already."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise WatchFileError(f"{where}: invalid YAML: {exc}") from None
+    if not isinstance(root, yaml.SequenceNode) or not 0 <= index < len(root.value):
+        raise WatchFileError(f"{where}: no entry {index}")
+    entry = root.value[index]
+    if not isinstance(entry, yaml.MappingNode):
+        raise WatchFileError(f"{where}: entry {index} is not a mapping")
+    spans = {
+        str(k.value): (v.start_mark.index, v.end_mark.index)
+        for k, v in entry.value
+        if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
+    }
+    missing = sorted(set(values) - set(spans))
+    if missing:
+        raise WatchFileError(f"{where}: entry {index} has no scalar {', '.join(missing)} to change")
+    for key in sorted(values, key=lambda k: spans[k][0], reverse=True):
+        start, end = spans[key]
+        scalar = yaml.safe_dump(values[key], default_flow_style=True).splitlines()[0]
+        text = text[:start] + scalar + text[end:]
+    return text

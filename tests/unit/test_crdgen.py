@@ -520,12 +520,24 @@ def test_a_second_version_joins_the_crd_and_the_storage_version_stays(tmp_path: 
     two = write_chart(tmp_path / "two", {"a": 1, "b": "x"})
     project = tmp_path / "p"
     create(Request("demo.example.com", "v1", "Demo", str(one), project=project, plural="demoz"))
-    create(Request("demo.example.com", "v2", "Demo", str(two), project=project))
-    assert "chart: charts/demo-v2" in (project / "watches.yaml").read_text()
+    (project / "watches.yaml").write_text("# our kinds\n" + (project / "watches.yaml").read_text())
+    outcome = create(Request("demo.example.com", "v2", "Demo", str(two), project=project))
+    # One entry per kind: v2 now feeds the chart (the hub); comments and other fields kept.
+    text = (project / "watches.yaml").read_text()
+    entries = yaml.safe_load(text)
+    assert text.startswith("# our kinds") and len(entries) == 1, text
+    assert entries[0]["version"] == "v2" and entries[0]["chart"] == "charts/demo-v2", entries
+    assert entries[0]["plural"] == "demoz"
+    (note,) = outcome.notes
+    assert "stores v1" in note and "@hooks.convert" in note and "charts/demo" in note, note
     doc = yaml.safe_load((project / "crds/demoz.demo.example.com.yaml").read_text())
     assert doc["spec"]["names"]["plural"] == "demoz"
-    assert [(v["name"], v["storage"]) for v in doc["spec"]["versions"]] == [("v1", True), ("v2", False)]
-    v2 = doc["spec"]["versions"][1]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    served = {v["name"]: v for v in doc["spec"]["versions"]}
+    assert {n: (v["served"], v["storage"]) for n, v in served.items()} == {
+        "v1": (True, True),
+        "v2": (True, False),
+    }
+    v2 = served["v2"]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert v2 == {"a": {"type": "integer"}, "b": {"type": "string"}}
     assert (project / "samples/demo-v2.yaml").is_file()
 
