@@ -153,6 +153,18 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
 
         # The operator's next version: v2 served beside v1 (stored still as v1), v2 the hub.
         apply(cluster, crd(["v1", "v2"], "v1"), "default")
+        # A module with one way only: start-up refuses, naming the missing pair (exit 2).
+        one_way = tmp_path / "one_way.py"
+        source = (REPO / "tests/e2e/hooks/greeting_versions.py").read_text()
+        one_way.write_text(source.replace('@hooks.convert("v2", "v1")\n', ""))
+        w_one = tmp_path / "w_one.yaml"
+        w_one.write_text(
+            w2.read_text().replace(str(REPO / "tests/e2e/hooks/greeting_versions.py"), str(one_way))
+        )
+        cmd = [sys.executable, "-m", "helm_operator.cli", "run", "--watches-file", str(w_one)]
+        cmd += ["--namespace", ns, "--kubeconfig", str(cluster.kubeconfig), "--helm", str(tools.helm), *args]
+        refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and "no converter goes v2 -> v1" in refused.stderr, refused
         op.watches = w2
         op.start()
         conv = eventually(
