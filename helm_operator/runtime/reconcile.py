@@ -151,11 +151,7 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
         fleet = _running_fleet(out.release, out.digest, target)
         waiting = out.reason in (Reason.ROLLOUT_PENDING, Reason.ROLLOUT_ROLLED_BACK)
         # A retry that waits out its backoff is still a failing change (what a wave counts).
-        memory = result.attempts or max(
-            attempts_from_status(cr.status),
-            rt.attempts.get(cr.ident.key, Attempts()),
-            key=lambda a: a.last_attempt,
-        )
+        memory = result.attempts or _memory(rt, cr)
         retrying = out.phase == "progressing" and memory.failures > 0 and memory.digest == out.digest
         staged = resource_status(
             current, target, fleet, _mark(cr), "failed" if retrying else out.phase, waiting
@@ -166,6 +162,15 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
         approval=result.approval or Verdict(True),
         chart=chart_status(watch, chart.version, running, pin),
         rollout=staged,
+    )
+
+
+def _memory(rt: Runtime, cr: Resource) -> Attempts:
+    """The resource's failure memory: its status's, or this process's if newer."""
+    return max(
+        attempts_from_status(cr.status),
+        rt.attempts.get(cr.ident.key, Attempts()),
+        key=lambda a: a.last_attempt,
     )
 
 
@@ -210,9 +215,7 @@ async def _reconcile(
             return Result(result.outcome, events=result.events, attempts=attempts)
         return _stall(cr, prepared)
     target = prepared
-    attempts = max(
-        attempts_from_status(cr.status), rt.attempts.get(key, Attempts()), key=lambda a: a.last_attempt
-    ).applies_to(target.context)
+    attempts = _memory(rt, cr).applies_to(target.context)
     rt.settled.pop(key, None)
     ident, since = target.ident, time.monotonic()
     fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None

@@ -169,31 +169,26 @@ def deployment(d: Deploy, shard: str | None = None) -> dict[str, Any]:
     }
 
 
-def metrics_service(d: Deploy) -> dict[str, Any]:
+def _service(d: Deploy, name: str, port: int) -> dict[str, Any]:
+    """A Service to every replica's container port ``name``."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(d, f"{d.name}-metrics"),
+        "metadata": _meta(d, f"{d.name}-{name}"),
         "spec": {
             "selector": {NAME_LABEL: d.name},
-            "ports": [
-                {"name": "metrics", "port": d.metrics_port, "targetPort": "metrics", "protocol": "TCP"}
-            ],
+            "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"}],
         },
     }
+
+
+def metrics_service(d: Deploy) -> dict[str, Any]:
+    return _service(d, "metrics", d.metrics_port)
 
 
 def conversion_service(d: Deploy) -> dict[str, Any]:
     """How the API server reaches the conversion webhook every replica serves (any of them)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(d, f"{d.name}-conversion"),
-        "spec": {
-            "selector": {NAME_LABEL: d.name},
-            "ports": [{"name": "conversion", "port": 443, "targetPort": "conversion", "protocol": "TCP"}],
-        },
-    }
+    return _service(d, "conversion", 443)
 
 
 class Flow(list[Any]):
