@@ -32,6 +32,33 @@ def nodes_for(pods: int) -> int:
     return max(4, math.ceil(pods * 1.2 / PODS_PER_NODE))
 
 
+class ClusterTooSmall(RuntimeError):
+    """An attached cluster cannot schedule every Pod of the run (they would stay Pending and the
+    run wait for Ready until its timeout)."""
+
+
+def pod_room(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> int:
+    """Pods the schedulable, Ready nodes still take: their allocatable pods minus the Pods bound
+    to them that have not finished."""
+    usable = set()
+    total = 0
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        conditions = (node.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            continue
+        usable.add(node["metadata"]["name"])
+        total += int(((node.get("status") or {}).get("allocatable") or {}).get("pods") or 0)
+    bound = sum(
+        1
+        for pod in pods
+        if (pod.get("spec") or {}).get("nodeName") in usable
+        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+    return total - bound
+
+
 class BenchCluster:
     def __init__(self, dev: DevCluster) -> None:
         self.dev = dev
@@ -48,8 +75,22 @@ class BenchCluster:
     @classmethod
     def open(cls, kubeconfig: Path | None, tools: Toolchain, pods: int) -> BenchCluster:
         if kubeconfig:
-            return cls(DevCluster.attach(kubeconfig, tools=tools))
+            attached = cls(DevCluster.attach(kubeconfig, tools=tools))
+            room = attached.pod_room()
+            if room < pods:
+                attached.close()  # (an attached cluster is left running)
+                raise ClusterTooSmall(
+                    f"the cluster of {kubeconfig} has room for {room} more Pods and the run needs "
+                    f"{pods}: start one with `helm-operator dev up --nodes {nodes_for(pods)}`, or "
+                    "leave out --kubeconfig and the bench starts one of the right size"
+                )
+            return attached
         return cls(DevCluster(f"bench-{int(time.time())}", nodes=nodes_for(pods), tools=tools).start())
+
+    def pod_room(self) -> int:
+        nodes = self.api.sanitize_for_serialization(self.core.list_node().items)
+        pods = self.api.sanitize_for_serialization(self.core.list_pod_for_all_namespaces().items)
+        return pod_room(nodes, pods)
 
     @property
     def owned(self) -> bool:

@@ -12,15 +12,27 @@ real node (``bench_session(real_node=True)``; HELM_OPERATOR_KUBECONFIG: a runnin
 - failover: ``--failovers`` trials deleting the primary's Pod, ``--stops`` trials stopping
   PostgreSQL in the primary's container (``pg_ctl stop -m immediate`` through exec, repeated as the
   container restarts until ``failoverDelay`` has passed); switchover: ``--switchovers`` trials. A
-  writer inserts through the client Service every 0.1 s (a new connection each); the window is its
+  writer (two loops, each a new connection every 0.1 s) inserts through the client Service; the window is its
   last acknowledged write before the first failure → its first acknowledged write after;
 - etcd: an EtcdCluster of 3 real members (etcd 3.6) loaded with ``--etcd-mb`` of random 64 KiB
   values; one interval snapshot Job (its duration, the file's size, ``etcdutl snapshot status``
   read back) and a new 3-member cluster restored from it (apply → every member Ready, keys
-  counted).
+  counted);
+- resize: an EtcdCluster of 1 member loaded with ``--resize-mb``, resized 1 → 3 → 5 → 3 (one
+  member per upgrade, learners promoted once caught up); each change's duration and the time of
+  each member's step (when the count of voting members changed), and a reader through the client
+  Service (~7 reads/s): reads, failures, the longest run of failures;
+- upgrade: an EtcdCluster of 3 members (etcd 3.6) loaded with ``--resize-mb``, moved to the next
+  minor version (3.7): the change's duration, each member's step (when the count of members
+  answering with the new version grew), and the same reader;
+- pg-version: a 3-instance PostgreSQLCluster moved ``--version-changes`` times between "15" and
+  its exact version (the same image under both tags: Debian ships one PostgreSQL 15): each
+  change's duration, the writer's unavailability window (one switchover), writes failed, and
+  whether every acknowledged write is there.
 
     python -m bench.day2_real [--size-mb 100] [--failovers 5] [--stops 5] [--switchovers 5]
-                              [--etcd-mb 80] [--parts postgres,etcd]
+                              [--etcd-mb 80] [--resize-mb 20] [--version-changes 3]
+                              [--parts postgres,etcd,resize,upgrade,pg-version]
 """
 
 from __future__ import annotations
@@ -37,16 +49,41 @@ from typing import Any
 from bench.session import bench_session
 from tests.e2e.operator import REPO, Resources, eventually
 from tests.e2e.test_day2 import PG, day2, ts
-from tests.e2e.test_real_etcd import ETCD, VERSION, etcd, inspector, job, kubectl, members_ready, records
+from tests.e2e.test_real_etcd import (
+    ETCD,
+    NEXT,
+    VERSION,
+    client_service,
+    etcd,
+    etcdctl,
+    every_member,
+    inspector,
+    job,
+    kubectl,
+    members_ready,
+    observer,
+    outages,
+    read_keys,
+    reads,
+    records,
+    resized,
+    versions,
+)
+from tests.e2e.test_real_etcd import (
+    day2 as etcd_day2,
+)
 from tests.e2e.test_real_postgres import (
-    WRITER,
+    FAST_WRITER,
     _client_pod,
     _log,
+    exact_version,
     files_on,
+    images_of,
     real_pg,
     sql,
     unavailable,
     wait_replicating,
+    written_again,
 )
 
 # 256 random hex characters a row: about as compressible as real text (gzip halves it), not a
@@ -127,11 +164,10 @@ def windows(res: Resources, name: str, trials: int, how: str) -> list[float]:
             now = day2(res, name).get("currentPrimary")
             return str(now) if now and now != old else None
 
-        def writing(since: float = started) -> bool:
-            return any(w[1] == "ok" and float(w[0]) > since + 1 for w in _log(res, "writer"))
-
         new = eventually(moved, timeout=180, interval=0.5, what=f"a new primary after {how} {i + 1}")
-        eventually(writing, timeout=180, what=f"writes through the Service after {how} {i + 1}")
+        seen = time.time()
+        eventually(lambda t=started, s=seen: written_again(_log(res, "writer"), t, s),
+                   timeout=180, what=f"writes through the Service after {how} {i + 1}")  # fmt: skip
         _, _, gap = unavailable(_log(res, "writer"), started)
         print(f"  {how} {i + 1}: {old} -> {new}, writes unavailable {gap:.2f}s", flush=True)
         out.append(gap)
@@ -173,7 +209,7 @@ def postgres(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -
     res.delete(PG, "restored", wait=False)
 
     sql(res, f"{name}-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
-    _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
+    _client_pod(res, "writer", FAST_WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
     eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 20, timeout=60)
     result["failover"] = windows(res, name, args.failovers, "failover")
     result["stop"] = windows(res, name, args.stops, "stop")
@@ -258,6 +294,151 @@ def etcd_part(res: Resources, args: argparse.Namespace, result: dict[str, Any]) 
     res.delete(ETCD, "kv", wait=False)
 
 
+def voting(res: Resources, name: str) -> int | None:
+    """How many members of the cluster have started and vote (None: etcdctl did not answer)."""
+    try:
+        listed = json.loads(etcdctl(res, f"{name}-0", "member", "list", "-w", "json"))["members"]
+    except AssertionError:
+        return None
+    return sum(1 for m in listed if m.get("name") and not m.get("isLearner"))
+
+
+def loaded(res: Resources, name: str, size: int, mb: int, pod: dict[str, Any]) -> tuple[int, dict[str, str]]:
+    """An EtcdCluster of ``size`` members with ``mb`` of 64 KiB keys: how many, and the keys as
+    read back (empty when too many to compare)."""
+    res.apply(etcd(name, size=size, pod=pod))
+    res.wait_condition(ETCD, name, "Ready", timeout=300)
+    eventually(lambda: resized(res, name, size), timeout=300, what=f"{size} member(s)")
+    keys = mb * 1_000_000 // (ETCD_VALUE * 4 // 3)
+    kubectl(res, "exec", f"{name}-0", "-c", "etcd", "--", "bash", "-c", ETCD_LOAD, "load",
+            str(keys // 2), str(keys), str(ETCD_VALUE), timeout=1800)  # fmt: skip
+    return keys, read_keys(res, f"{name}-0") if keys <= 2000 else {}
+
+
+def read_through(res: Resources, observer_pod: str) -> tuple[int, float, int, float, int]:
+    """What the observer saw: reads, over how many seconds, failed, the longest outage, elections."""
+    seen = reads(res, observer_pod)
+    failed = sum(1 for _, ok, _ in seen if not ok)
+    longest = max((g.seconds for g in outages(seen)), default=0.0)
+    return len(seen), seen[-1][0] - seen[0][0], failed, longest, seen[-1][2] - seen[0][2]
+
+
+def etcd_resize(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """1 → 3 → 5 → 3 real members with ``--resize-mb`` of keys; a reader through the Service."""
+    name = "sz"
+    keys, before = loaded(res, name, 1, args.resize_mb, ETCD_POD)
+    observer(res, client_service(name))
+    changes = []
+    size = 1
+    for target in (3, 5, 3):
+        began, last, steps = time.monotonic(), size, []
+        res.apply(etcd(name, size=target, pod=ETCD_POD))
+        while not resized(res, name, target):
+            if time.monotonic() - began > 900:
+                raise TimeoutError(f"{size} -> {target} not done in 900 s")
+            now = voting(res, name)
+            if now is not None and now != last:
+                steps.append(time.monotonic() - began)
+                last = now
+            time.sleep(0.5)
+        took = time.monotonic() - began
+        if len(steps) < abs(target - size):
+            steps.append(took)
+        per = [b - a for a, b in zip([0.0, *steps], steps, strict=False)]
+        changes.append((size, target, took, per))
+        print(
+            f"etcd resize {size} -> {target}: {took:.0f}s, per member {[round(x, 1) for x in per]}",
+            flush=True,
+        )
+        size = target
+    same = all(read_keys(res, f"{name}-{i}") == before for i in range(3)) if before else None
+    result["etcd_resize"] = (keys, changes, read_through(res, "observer"), same)
+    kubectl(res, "delete", "pod", "observer", "--wait=false")
+    res.delete(ETCD, name, wait=False)
+
+
+def etcd_upgrade(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """3 real members with data volumes and ``--resize-mb`` of keys moved one minor version up
+    (each restarted in place); a reader through the Service."""
+    name = "up"
+    pod = {**ETCD_POD, "persistentVolumeClaimSpec": ETCD_CLAIM}
+    keys, before = loaded(res, name, 3, args.resize_mb, pod)
+    observer(res, every_member(res, name, 3), pod="upgrade-observer")
+    began, last, steps = time.monotonic(), 0, []
+    res.apply(etcd(name, version=NEXT, pod=pod))
+    while True:
+        if time.monotonic() - began > 900:
+            raise TimeoutError(f"{VERSION} -> {NEXT} not done in 900 s")
+        try:
+            now = sum(1 for v in versions(res, name).values() if v == NEXT)
+        except AssertionError:  # etcdctl through a member that is restarting
+            now = None
+        if now is not None and now != last:
+            steps.append(time.monotonic() - began)
+            last = now
+        roll = etcd_day2(res, name).get("roll") or {}
+        if now == 3 and roll.get("remaining") == [] and roll.get("member") is None:
+            break
+        time.sleep(0.5)
+    took = time.monotonic() - began
+    per = [b - a for a, b in zip([0.0, *steps], steps, strict=False)]
+    print(
+        f"etcd upgrade {VERSION} -> {NEXT}: {took:.0f}s, per member {[round(x, 1) for x in per]}", flush=True
+    )
+    same = all(read_keys(res, f"{name}-{i}") == before for i in range(3)) if before else None
+    result["etcd_upgrade"] = (keys, took, per, read_through(res, "upgrade-observer"), same)
+    kubectl(res, "delete", "pod", "upgrade-observer", "--wait=false")
+    res.delete(ETCD, name, wait=False)
+
+
+def pg_version(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """``--version-changes`` version changes of 3 real instances under a writer through the Service."""
+    name = "ver"
+    exact = exact_version()
+    res.apply(real_pg(name, replicas=3, failoverDelay="5s"))
+    res.wait_condition(PG, name, "Ready", timeout=600)
+    eventually(lambda: day2(res, name).get("currentPrimary"), timeout=120)
+    wait_replicating(res, str(day2(res, name)["currentPrimary"]), 2)
+    sql(
+        res,
+        str(day2(res, name)["currentPrimary"]),
+        "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)",
+    )
+    _client_pod(res, "ver-writer", FAST_WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
+    eventually(lambda: sum(1 for w in _log(res, "ver-writer") if w[1] == "ok") >= 20, timeout=60)
+    repository = real_pg(name)["spec"]["imageRepository"]
+    trials = []
+    for i in range(args.version_changes):
+        version = exact if i % 2 == 0 else "15"
+        old = str(day2(res, name)["currentPrimary"])
+        started = time.time()
+        res.apply(real_pg(name, replicas=3, failoverDelay="5s", version=version))
+
+        def rolled(version: str = version) -> bool:
+            roll = day2(res, name).get("roll") or {}
+            done = roll.get("remaining") == [] and roll.get("member") is None and roll.get("rolled")
+            return bool(done) and set(images_of(res, name).values()) == {f"{repository}:{version}"}
+
+        eventually(rolled, timeout=900, interval=1, what=f"every instance on {version}")
+        took = time.time() - started
+        new = str(day2(res, name)["currentPrimary"])
+        done_at = started + took
+        eventually(lambda t=done_at: any(w[1] == "ok" and float(w[0]) > t for w in _log(res, "ver-writer")),
+                   timeout=60)  # fmt: skip
+        writes = [w for w in _log(res, "ver-writer") if float(w[0]) >= started]
+        _, _, gap = unavailable(_log(res, "ver-writer"), started)
+        failed = sum(1 for w in writes if w[1] == "fail")
+        rate = len(writes) / max(float(writes[-1][0]) - started, 1e-9)
+        print(f"  pg version -> {version}: {took:.0f}s, {old} -> {new}, unavailable {gap:.2f}s, "
+              f"{failed} of {len(writes)} writes failed ({rate:.1f}/s)", flush=True)  # fmt: skip
+        trials.append((version, took, gap, failed, len(writes), rate, old, new))
+    acknowledged = {int(w[2]) for w in _log(res, "ver-writer") if w[1] == "ok"}
+    stored = {int(x) for x in sql(res, str(day2(res, name)["currentPrimary"]), "SELECT id FROM w").split()}
+    result["pg_version"] = (exact, trials, len(acknowledged), len(acknowledged - stored))
+    res.cluster.kubectl("delete", "pod", "-n", res.ns, "ver-writer", "--wait=false")
+    res.delete(PG, name, wait=False)
+
+
 def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
     """The Markdown of what was measured (only the parts that ran)."""
     lines = [
@@ -269,7 +450,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
         f"(Debian's), etcd {VERSION}, the hostPath provisioner on the machine's disk, helm v4. "
         f"`python -m bench.day2_real --size-mb {args.size_mb} --failovers {args.failovers} "
         f"--stops {args.stops} --switchovers {args.switchovers} --etcd-mb {args.etcd_mb} "
-        f"--parts {args.parts}`. "
+        f"--resize-mb {args.resize_mb} --version-changes {args.version_changes} --parts {args.parts}`. "
         "One run; every number is one measurement unless a count is given.",
     ]
     if {"database", "backup", "restore"} <= set(result):
@@ -291,7 +472,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
             "",
             "## PostgreSQL write unavailability",
             "",
-            "failoverDelay 5 s; a writer inserts through the Service every 0.1 s.",
+            "failoverDelay 5 s; a writer inserts through the Service (two loops, each every 0.1 s).",
             "",
             "| primary change | trials | median s | max s | min s |",
             "|---|---|---|---|---|",
@@ -342,6 +523,74 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
             f"| recovery time: restored cluster applied → all 3 members Ready | {ready:.0f} s |",
             f"| keys in the restored cluster | {restored} of {expected} |",
         ]
+    if "etcd_resize" in result:
+        keys, changes, (count, span, failed, longest, elections), same = result["etcd_resize"]
+        lines += [
+            "",
+            "## etcd resize (real members, one member per upgrade)",
+            "",
+            f"{keys} keys of 64 KiB random text; the learner catches up on them before it is promoted. "
+            "A member's step is from the previous change of the count of voting members (or the "
+            "apply) to the next.",
+            "",
+            "| change | total s | per member s |",
+            "|---|---|---|",
+            *(
+                f"| {a} → {b} | {took:.0f} | {', '.join(f'{x:.1f}' for x in per)} |"
+                for a, b, took, per in changes
+            ),
+            "",
+            f"Reads through the client Service during all three changes: {count} in {span:.0f} s "
+            f"({count / span:.1f}/s), {failed} failed, the longest run of failures {longest:.1f} s; "
+            f"{elections} leader elections meanwhile (the raft term's growth). "
+            + ("Every key on every member afterwards." if same else "")
+            + (" Keys not compared (too many to read back)." if same is None else ""),
+        ]
+    if "etcd_upgrade" in result:
+        keys, took, per, (count, span, failed, longest, elections), same = result["etcd_upgrade"]
+        lines += [
+            "",
+            f"## etcd version change {VERSION} → {NEXT} (3 real members with volumes, the leader last)",
+            "",
+            f"{keys} keys of 64 KiB random text. A member's step is from the previous one (or the apply) "
+            "to when one more member answered with the new version; each waits until every member is "
+            "healthy, and the leader hands leadership to an upgraded member before it restarts.",
+            "",
+            "| change | total s | per member s |",
+            "|---|---|---|",
+            f"| {VERSION} → {NEXT} | {took:.0f} | {', '.join(f'{x:.1f}' for x in per)} |",
+            "",
+            f"Reads with every member's URL (as an etcd client is configured) meanwhile: {count} in "
+            f"{span:.0f} s ({count / span:.1f}/s), {failed} failed, the longest run of failures "
+            f"{longest:.1f} s; {elections} raft term changes "
+            "(the handover is one). "
+            + ("Every key on every member afterwards." if same else "")
+            + (" Keys not compared (too many to read back)." if same is None else ""),
+        ]
+    if "pg_version" in result:
+        exact, trials, acknowledged, lost = result["pg_version"]
+        lines += [
+            "",
+            f"## PostgreSQL version change 15 ⇄ {exact} (3 real instances, standbys first, the primary last)",
+            "",
+            f"The image is tagged both `15` and `{exact}` (Debian ships one PostgreSQL 15): every change "
+            "restarts every instance on the same binary, which shows the order and the window, not a "
+            "new PostgreSQL. Each standby restarts and streams again before the next; then the primary "
+            "switches over to a restarted standby and restarts last. A writer inserts through the "
+            "client Service (two loops, each a new connection every 0.1 s).",
+            "",
+            "| change | total s | writes unavailable s | writes failed | writes/s | primary |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| → {v} | {took:.0f} | {gap:.2f} | {failed} of {n} | {rate:.1f} | {old} → {new} |"
+                for v, took, gap, failed, n, rate, old, new in trials
+            ),
+            "",
+            f"Every acknowledged write there afterwards: {acknowledged - lost} of {acknowledged} "
+            f"({lost} lost). The failover and switchover windows are beside it in "
+            "`bench/results/day2-real.md`: a version change costs one switchover's window; a failover "
+            "waits `failoverDelay` first.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -352,14 +601,27 @@ def main() -> int:
     parser.add_argument("--stops", type=int, default=5)
     parser.add_argument("--switchovers", type=int, default=5)
     parser.add_argument("--etcd-mb", type=int, default=80)
-    parser.add_argument("--parts", default="postgres,etcd", help="comma-separated: postgres, etcd")
+    parser.add_argument("--resize-mb", type=int, default=20)
+    parser.add_argument("--version-changes", type=int, default=3)
+    parser.add_argument(
+        "--parts",
+        default="postgres,etcd,resize,upgrade,pg-version",
+        help="comma-separated: postgres, etcd, resize, upgrade, pg-version",
+    )
     parser.add_argument("--report", type=Path, default=REPO / "bench/results/day2-real.md")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     result: dict[str, Any] = {}
     failed = []
     with bench_session("day2-real", real_node=True) as res:
-        for part, measure in (("postgres", postgres), ("etcd", etcd_part)):
+        measures = (
+            ("postgres", postgres),
+            ("etcd", etcd_part),
+            ("resize", etcd_resize),
+            ("upgrade", etcd_upgrade),
+            ("pg-version", pg_version),
+        )
+        for part, measure in measures:
             if part in parts:
                 try:
                     measure(res, args, result)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 import yaml
 
 from bench import runtime_env, workload
-from bench.cluster import BenchCluster
+from bench.cluster import BenchCluster, ClusterTooSmall
 from bench.contenders import free_port, helm_homes
 from bench.measure import own_cpu_seconds, rss_mib
 from helm_operator.config.sharding import SHARD_LABEL
@@ -53,13 +54,22 @@ class Instance:
 
 
 def start(
-    shard: str, ns: str, watches: Path, workdir: Path, cluster: BenchCluster, python: str, helm: Path
+    shard: str,
+    ns: str,
+    watches: Path,
+    workdir: Path,
+    cluster: BenchCluster,
+    python: str,
+    helm: Path,
+    selection: list[str] | None = None,
 ) -> Instance:
+    """One instance; ``selection``: the flags that make it a shard (default ``--shard SHARD``)."""
     port = free_port()
     cmd = [
         python, "-m", "helm_operator.cli", "run", "--watches-file", str(watches),
         "--kubeconfig", str(cluster.kubeconfig), "--helm", str(helm),
-        "--max-helm-processes", str(CONCURRENCY), "--namespace", ns, "--shard", shard,
+        "--max-helm-processes", str(CONCURRENCY), "--namespace", ns,
+        *(["--shard", shard] if selection is None else selection),
         "--metrics-bind-address", f"127.0.0.1:{port}",
     ]  # fmt: skip
     env = {**os.environ, **helm_homes(workdir), "PYTHONPATH": str(REPO_ROOT)}
@@ -68,6 +78,38 @@ def start(
         cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     return Instance(shard, proc, port)
+
+
+def write_watches(workdir: Path) -> Path:
+    """The one watches entry every instance of a run serves: the podinfo chart, no waiting."""
+    watches = workdir / "watches.yaml"
+    entry = {
+        "group": workload.group(CONTENDER), "version": workload.VERSION, "kind": workload.KIND,
+        "chart": str(workload.CHART), "maxConcurrentReconciles": CONCURRENCY, "wait": False,
+    }  # fmt: skip
+    watches.write_text(yaml.safe_dump([entry], sort_keys=False))
+    return watches
+
+
+Settled = tuple[tuple[float | None, float | None], float | None, float]  # (RSS, peak) MiB, CPU s, cached
+
+
+def per_instance(
+    settled: dict[str, Settled], cpu_after: dict[str, float | None], shares: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """Each instance's numbers: after convergence (``settled``) and after the update wave."""
+    return [
+        {
+            "shard": shard,
+            **({} if shares is None else {"share": shares.get(shard, 0)}),
+            "rss_mib": rss[0],
+            "peak_mib": rss[1],
+            "cpu_install_s": cpu,
+            "cpu_s": cpu_after[shard],
+            "cached": cached,
+        }
+        for shard, (rss, cpu, cached) in settled.items()
+    ]
 
 
 def ready_count(cluster: BenchCluster, ns: str) -> int:
@@ -91,12 +133,7 @@ def one(k: int, n: int, cluster: BenchCluster, python: str, helm: Path, root: Pa
     cluster.create_namespace(ns)
     workdir = root / ns
     workdir.mkdir(parents=True)
-    watches = workdir / "watches.yaml"
-    entry = {
-        "group": workload.group(CONTENDER), "version": workload.VERSION, "kind": workload.KIND,
-        "chart": str(workload.CHART), "maxConcurrentReconciles": CONCURRENCY, "wait": False,
-    }  # fmt: skip
-    watches.write_text(yaml.safe_dump([entry], sort_keys=False))
+    watches = write_watches(workdir)
     shards = [f"s{i}" for i in range(k)]
     instances = [start(s, ns, watches, workdir, cluster, python, helm) for s in shards]
     names = workload.release_names(n)
@@ -117,12 +154,12 @@ def one(k: int, n: int, cluster: BenchCluster, python: str, helm: Path, root: Pa
             list(pool.map(create, range(n)))
         converge = until_ready(cluster, ns, n, timeout=60 * 30)
         time.sleep(10)
-        settled = [(rss_mib(i.proc.pid), own_cpu_seconds(i.proc.pid), i.cached()) for i in instances]
+        settled = {i.shard: (rss_mib(i.proc.pid), own_cpu_seconds(i.proc.pid), i.cached()) for i in instances}
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(update, names))
         time.sleep(3)  # the new generation observed before counting it Ready
         wave = until_ready(cluster, ns, n, timeout=60 * 30)
-        cpu_after = [own_cpu_seconds(i.proc.pid) for i in instances]
+        cpu_after = {i.shard: own_cpu_seconds(i.proc.pid) for i in instances}
     finally:
         for i in instances:
             i.proc.send_signal(signal.SIGTERM)
@@ -133,18 +170,56 @@ def one(k: int, n: int, cluster: BenchCluster, python: str, helm: Path, root: Pa
                 os.killpg(i.proc.pid, signal.SIGKILL)
         cluster.strip_finalizers(group, workload.VERSION, workload.PLURAL, ns)
         cluster.delete_namespace(ns)
-    per = [
-        {
-            "shard": inst.shard,
-            "rss_mib": rss[0],
-            "peak_mib": rss[1],
-            "cpu_s": cpu_after[j],
-            "cpu_install_s": cpu,
-            "cached": cached,
-        }
-        for j, (inst, (rss, cpu, cached)) in enumerate(zip(instances, settled, strict=True))
-    ]
+    per = per_instance(settled, cpu_after)
     return {"k": k, "n": n, "converge_s": converge, "wave_s": wave, "instances": per}
+
+
+Column = tuple[str, Callable[[dict[str, Any]], str]]  # a table's title and its cell from a result
+RUN_COLUMNS: list[Column] = [
+    ("k", lambda r: f"{r['k']}"),
+    ("N", lambda r: f"{r['n']}"),
+    ("converge s", lambda r: f"{r['converge_s']:.1f}"),
+    ("update wave s", lambda r: f"{r['wave_s']:.1f}"),
+]
+INSTANCE_COLUMNS: list[Column] = [
+    ("instance", lambda i: i["shard"]),
+    ("RSS MiB", lambda i: f"{i['rss_mib']:.1f}"),
+    ("peak MiB", lambda i: f"{i['peak_mib']:.1f}"),
+    ("CPU s", lambda i: f"{i['cpu_s']:.1f}"),
+    ("cached objects", lambda i: f"{i['cached']:.0f}"),
+]
+
+
+def table(results: list[dict[str, Any]], runs: list[Column], instances: list[Column]) -> list[str]:
+    """One row per instance; a run's own cells only on its first."""
+    titles = [t for t, _ in [*runs, *instances]]
+    lines = ["| " + " | ".join(titles) + " |", "|" + "---|" * len(titles)]
+    for r in results:
+        for j, i in enumerate(r["instances"]):
+            cells = [cell(r) if j == 0 else "" for _, cell in runs] + [cell(i) for _, cell in instances]
+            lines.append("|" + "|".join(f" {c} " if c else " " for c in cells) + "|")
+    return lines
+
+
+def against_one(
+    results: list[dict[str, Any]], describe: Callable[[dict[str, Any], dict[str, Any]], str]
+) -> list[str]:
+    """A line per run of k > 1, from the run and the one instance of k = 1 (none without that run)."""
+    base = next((r for r in results if r["k"] == 1), None)
+    if base is None:
+        return []
+    one = base["instances"][0]
+    return [
+        "",
+        "Per instance, as a share of one instance's (k = 1):",
+        "",
+        *(describe(r, one) for r in results if r["k"] != 1),
+    ]
+
+
+def mean_rss(r: dict[str, Any], one: dict[str, Any]) -> float:
+    """A run's mean RSS per instance as a share of one instance's."""
+    return sum(i["rss_mib"] for i in r["instances"]) / r["k"] / one["rss_mib"]
 
 
 def report(results: list[dict[str, Any]], machine: str) -> str:
@@ -157,31 +232,17 @@ def report(results: list[dict[str, Any]], machine: str) -> str:
         "peak), CPU of the operator process alone (helm excluded) over install and one update wave, "
         "objects in its dependent-watch caches.",
         "",
-        "| k | N | converge s | update wave s | instance | RSS MiB | peak MiB | CPU s | cached objects |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(results, RUN_COLUMNS, INSTANCE_COLUMNS),
     ]
-    for r in results:
-        for j, i in enumerate(r["instances"]):
-            head = (
-                f"| {r['k']} | {r['n']} | {r['converge_s']:.1f} | {r['wave_s']:.1f}" if j == 0 else "| | | |"
-            )
-            lines.append(
-                f"{head} | {i['shard']} | {i['rss_mib']:.1f} | {i['peak_mib']:.1f} | {i['cpu_s']:.1f} | "
-                f"{i['cached']:.0f} |"
-            )
-    base = next((r for r in results if r["k"] == 1), None)
-    if base:
-        lines += ["", "Per instance, as a share of one instance's (k = 1):", ""]
-        b = base["instances"][0]
-        for r in results:
-            if r["k"] == 1:
-                continue
-            rss = sum(i["rss_mib"] for i in r["instances"]) / r["k"] / b["rss_mib"]
-            cached = sum(i["cached"] for i in r["instances"]) / r["k"] / max(b["cached"], 1)
-            lines.append(
-                f"- k = {r['k']}: cached objects {cached:.2f} (1/k = {1 / r['k']:.2f}), RSS {rss:.2f} "
-                "(the interpreter and libraries are a fixed part of it)"
-            )
+
+    def describe(r: dict[str, Any], one: dict[str, Any]) -> str:
+        cached = sum(i["cached"] for i in r["instances"]) / r["k"] / max(one["cached"], 1)
+        return (
+            f"- k = {r['k']}: cached objects {cached:.2f} (1/k = {1 / r['k']:.2f}), "
+            f"RSS {mean_rss(r, one):.2f} (the interpreter and libraries are a fixed part of it)"
+        )
+
+    lines += against_one(results, describe)
     return "\n".join(lines) + "\n"
 
 
@@ -195,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     tools = Toolchain.discover()
     tools.require("helm")
     python = runtime_env.python(lambda line: print(line, file=sys.stderr))
-    cluster = BenchCluster.open(args.kubeconfig, tools, pods=args.n)
+    try:
+        cluster = BenchCluster.open(args.kubeconfig, tools, pods=args.n)
+    except ClusterTooSmall as exc:
+        print(f"python -m bench.sharding: {exc}", file=sys.stderr)
+        return 2
     root = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-sharding-{os.getpid()}"
     results = []
     try:

@@ -21,24 +21,34 @@ localhost, and must answer ``etcdctl get``; ``status.day2.lastVerifiedBackup`` r
 
 Every spec value reaches a Job as one argv element or an environment variable (``jobs.command``,
 ``jobs.shell`` with a constant ``Script``), never as shell text; ``validate`` checks their shapes.
+
+``size`` changes one member per upgrade (a learner added before its Pod starts and promoted once
+caught up; a member removed before its Pod goes), and a new ``version`` restarts the members one
+at a time, the leader last, each healthy before the next; see "membership and version changes"
+below.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from helm_operator.hooks import (
     Claim,
     Context,
+    ExecFailed,
     Hooks,
     InvalidSpec,
     PermanentError,
     Retention,
     Script,
+    TemporaryError,
     backup,
     bounded,
     jobs,
+    rolling,
     shapes,
     verify,
 )
@@ -443,3 +453,349 @@ async def scheduled_verification(ctx: Context) -> None:
 async def verify_backup(ctx: Context) -> None:
     """``helm-operator.io/action: verify-backup``: verify the newest snapshot now."""
     await verify.verify_latest(ctx, lambda name, record: verify_job(ctx, name, record))
+
+
+# -- membership and version changes ----------------------------------------------------------------
+# etcd grows and shrinks one member at a time: a member is added to the cluster (as a learner,
+# which does not count towards quorum) before its Pod starts with ETCD_INITIAL_CLUSTER_STATE
+# existing, and promoted once it has caught up; a member leaves the cluster (the leader hands over
+# first) before its Pod goes. So the value translator renders at most one member more or fewer
+# than the StatefulSet has: each step is one Helm upgrade, and the next reconcile takes the next.
+# A version change goes member by member (the chart's StatefulSet is OnDelete): rolling.roll,
+# each member healthy before the next, the leader last, handing leadership to an upgraded member
+# before it goes (a planned transfer: no election timeout for clients to wait out). A member
+# without a data volume (no pod.persistentVolumeClaimSpec) comes back empty: it cannot restart as
+# itself (its peers would send it a log it no longer has), so it is replaced, as the etcd operator
+# did: removed from the cluster, added again as a learner, and promoted once it has caught up.
+
+STEP_TIMEOUT = 300.0  # seconds a learner may take to start and catch up, or a member to restart
+
+
+def next_size(live: int | None, wanted: int) -> int:
+    """The size the next upgrade renders: one member more or fewer than the StatefulSet has, on
+    the way to ``wanted``; a new cluster (no StatefulSet yet) bootstraps at ``wanted``."""
+    if live is None or live == wanted:
+        return wanted
+    return live + 1 if wanted > live else live - 1
+
+
+def version_change(running: str, wanted: str) -> str | None:
+    """Why etcd cannot go from ``running`` to ``wanted`` in place (None: it can): a downgrade, a
+    skipped minor version, or another major version."""
+    try:
+        old = tuple(int(p) for p in running.split("-")[0].split(".")[:3])
+        new = tuple(int(p) for p in wanted.split("-")[0].split(".")[:3])
+    except ValueError:
+        return None  # the schema's pattern checks the spec; an image the chart did not render is not ours
+    if new < old:
+        return f"a downgrade from {running} to {wanted}: etcd does not downgrade in place"
+    if new[0] != old[0]:
+        return f"{running} to {wanted} changes the major version"
+    if new[1] > old[1] + 1:
+        return (
+            f"{running} to {wanted} skips a minor version: etcd upgrades one minor at a time "
+            f"(first {old[0]}.{old[1] + 1})"
+        )
+    return None
+
+
+def _running_version(ctx: Context) -> str | None:
+    """The etcd version the deployed release runs (its StatefulSet's image tag)."""
+    if ctx.release is None:
+        return None
+    for sts in ctx.release.find("StatefulSet"):
+        for container in sts.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            if container.get("name") == "etcd":
+                return str(container.get("image", "")).rpartition(":v")[2] or None
+    return None
+
+
+def stale_claims(claims: Sequence[str], name: str, replicas: int) -> list[str]:
+    """The data volumes of members the StatefulSet no longer has (``data-<name>-<ordinal>`` at or
+    past ``replicas``): a member added later at that ordinal must start with an empty directory,
+    not as the removed member it would claim to be."""
+    prefix = f"data-{name}-"
+    return [
+        c
+        for c in claims
+        if c.startswith(prefix) and c[len(prefix) :].isdigit() and int(c[len(prefix) :]) >= replicas
+    ]
+
+
+BOOTSTRAP_ENV = frozenset({"ETCD_INITIAL_CLUSTER", "ETCD_INITIAL_CLUSTER_STATE"})
+
+
+def needs_restart(pod: Mapping[str, Any], template: Mapping[str, Any]) -> bool:
+    """Whether a member must restart to run the template: not when only the bootstrap settings
+    differ (a member with data ignores them; they change with every resize)."""
+
+    def essence(spec: Mapping[str, Any]) -> list[Any]:
+        out = []
+        for c in spec.get("containers") or []:
+            env = sorted(
+                json.dumps(e, sort_keys=True)
+                for e in c.get("env") or []
+                if e.get("name") not in BOOTSTRAP_ENV
+            )
+            out.append(
+                [c.get("name"), c.get("image"), c.get("command"), c.get("args"), c.get("resources"), env]
+            )
+        return out
+
+    return essence(pod.get("spec") or {}) != essence(template.get("spec") or {})
+
+
+def _peer_url(ctx: Context, ordinal: int) -> str:
+    name = statefulset(ctx)
+    return f"{_scheme(ctx, 'peer')}://{name}-{ordinal}.{name}.{ctx.namespace}.svc:2380"
+
+
+def _member_flags(ctx: Context, pod: str) -> list[str]:
+    """etcdctl run in a member's container reaches that member: the loopback client URL, or with
+    client TLS its DNS name and the member's own certificate."""
+    if _scheme(ctx, "client") == "http":
+        return ["--endpoints=http://127.0.0.1:2379"]
+    tls = "/etc/etcdtls/member/server-tls"
+    return [
+        f"--endpoints=https://{pod}.{statefulset(ctx)}.{ctx.namespace}.svc:2379",
+        f"--cacert={tls}/server-ca.crt",
+        f"--cert={tls}/server.crt",
+        f"--key={tls}/server.key",
+    ]
+
+
+async def etcdctl(ctx: Context, pod: str, *args: str, timeout: float = 20.0) -> Any:
+    """etcdctl in a member's container (the image has it; no Job to schedule), its JSON output."""
+    argv = ["etcdctl", *_member_flags(ctx, pod), *args, "-w", "json"]
+    out = await ctx.kube.exec(pod, str(ctx.namespace), argv, container="etcd", timeout=timeout)
+    return json.loads(out) if out.strip() else None
+
+
+def _hex(member_id: int) -> str:
+    return format(int(member_id), "x")
+
+
+async def _members(ctx: Context, via: str) -> list[dict[str, Any]]:
+    listed = await etcdctl(ctx, via, "member", "list")
+    return list((listed or {}).get("members") or [])
+
+
+def _by_peer(members: Sequence[Mapping[str, Any]], url: str) -> Mapping[str, Any] | None:
+    return next((m for m in members if url in (m.get("peerURLs") or [])), None)
+
+
+async def _leader(ctx: Context, via: str) -> int | None:
+    status = await etcdctl(ctx, via, "endpoint", "status")
+    return int(status[0]["Status"]["leader"]) if status else None
+
+
+@hooks.values()
+async def one_member_at_a_time(ctx: Context) -> None:
+    """Render at most one member more or fewer than the StatefulSet runs (see above)."""
+    if "size" not in ctx.values:
+        return
+    live = await ctx.kube.get("apps/v1", "StatefulSet", statefulset(ctx), ctx.namespace)
+    replicas = None if live is None else int((live.get("spec") or {}).get("replicas", 1))
+    ctx.values["size"] = next_size(replicas, int(ctx.values["size"]))
+
+
+@hooks.before("upgrade", timeout=STEP_TIMEOUT)
+async def change_membership(ctx: Context) -> None:
+    """Refuse a version etcd cannot move to in place; add the member the upgrade will start (as a
+    learner) or remove the one it will stop (the leader hands over first)."""
+    running, wanted = _running_version(ctx), str(ctx.values.get("version", ""))
+    why = version_change(running, wanted) if running and wanted else None
+    if why is not None:
+        raise InvalidSpec("spec.version", f"{why}; the cluster keeps running {running}")
+    if (
+        running
+        and wanted
+        and running != wanted
+        and int(ctx.values.get("size", 1)) == 1
+        and not _persistent(ctx)
+    ):
+        raise InvalidSpec(
+            "spec.version",
+            f"{running} to {wanted} restarts the only member, which has no data volume: every key would be "
+            "lost; set spec.pod.persistentVolumeClaimSpec or grow to 3 members first",
+        )
+    live = await ctx.kube.get("apps/v1", "StatefulSet", statefulset(ctx), ctx.namespace)
+    if live is None:
+        return
+    replicas, size = int((live.get("spec") or {}).get("replicas", 1)), int(ctx.values["size"])
+    if size == replicas:
+        return
+    name, via = statefulset(ctx), f"{statefulset(ctx)}-0"
+    members = await _members(ctx, via)
+    if size == replicas + 1:
+        url = _peer_url(ctx, replicas)
+        for learner in (m for m in members if m.get("isLearner") and url not in (m.get("peerURLs") or [])):
+            try:  # the previous step's, if it caught up since: etcd takes one learner at a time
+                await etcdctl(ctx, via, "member", "promote", _hex(learner["ID"]))
+            except ExecFailed:
+                raise TemporaryError(
+                    f"waiting for learner {_member_name(learner)} to catch up", delay=5.0
+                ) from None
+        # A volume left by a member of this ordinal removed earlier: the new one starts empty.
+        await _drop_stale_claims(ctx, replicas)
+        if _by_peer(members, url) is None:
+            await etcdctl(ctx, via, "member", "add", f"{name}-{replicas}", f"--peer-urls={url}", "--learner")
+            await ctx.event(
+                "MemberAdded", f"{name}-{replicas} joins as a learner ({len(members) + 1} members)"
+            )
+    elif size == replicas - 1:
+        gone = _by_peer(members, _peer_url(ctx, size))
+        if gone is not None:
+            if await _leader(ctx, via) == int(gone["ID"]):  # hand over first: no election to wait for
+                voter = next(m for m in members if not m.get("isLearner") and m["ID"] != gone["ID"])
+                await etcdctl(ctx, f"{name}-{size}", "move-leader", _hex(voter["ID"]))  # asked of the leader
+            await etcdctl(ctx, via, "member", "remove", _hex(gone["ID"]))
+            await ctx.event("MemberRemoved", f"{name}-{size} left the cluster ({len(members) - 1} members)")
+    ctx.day2["members"] = {"from": replicas, "to": size, "size": int(ctx.spec.get("size", size))}
+    await ctx.day2.save()
+
+
+def _member_name(member: Mapping[str, Any]) -> str:
+    """A member's name, or its peer URL before it has started (etcd names it then)."""
+    return str(member.get("name") or (member.get("peerURLs") or ["?"])[0])
+
+
+async def _drop_stale_claims(ctx: Context, replicas: int) -> None:
+    name = statefulset(ctx)
+    claims = await ctx.kube.list("v1", "PersistentVolumeClaim", ctx.namespace, labels=_selector(ctx))
+    for claim_name in stale_claims([str(c["metadata"]["name"]) for c in claims], name, replicas):
+        if await ctx.kube.get("v1", "Pod", claim_name.removeprefix("data-"), ctx.namespace) is None:
+            await ctx.kube.delete("v1", "PersistentVolumeClaim", claim_name, ctx.namespace)
+
+
+async def _promote_learners(ctx: Context, via: str) -> None:
+    """Promote each learner once it has caught up (etcd refuses until then). One that has not
+    within STEP_TIMEOUT stays a learner, which does not count towards quorum: the cluster serves,
+    and the next step's upgrade waits for it (one learner at a time)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STEP_TIMEOUT
+    while learners := [m for m in await _members(ctx, via) if m.get("isLearner")]:
+        for learner in learners:
+            try:
+                await etcdctl(ctx, via, "member", "promote", _hex(learner["ID"]))
+                await ctx.event("MemberPromoted", f"{_member_name(learner)} votes")
+            except ExecFailed as exc:
+                if loop.time() >= deadline:
+                    raise TemporaryError(
+                        f"learner {_member_name(learner)} has not caught up within {STEP_TIMEOUT:g}s "
+                        f"({exc}); it stays a learner (no vote, quorum unchanged) until it does"
+                    ) from None
+        await asyncio.sleep(2.0)
+
+
+def _persistent(ctx: Context) -> bool:
+    """Whether the members keep their data across a restart (a volume per member)."""
+    return bool(((ctx.values or dict(ctx.spec)).get("pod") or {}).get("persistentVolumeClaimSpec"))
+
+
+async def _hand_over(ctx: Context, pod: str, upgraded: Sequence[str]) -> None:
+    """Before ``pod`` restarts: if it leads, move leadership to a voter already upgraded (any other
+    voter if none is yet); without a data volume, replace it (see above)."""
+    members = await _members(ctx, pod)
+    me = next((m for m in members if m.get("name") == pod), None)
+    if me is None:
+        return
+    voters = [m for m in members if not m.get("isLearner") and m.get("name") and m is not me]
+    if await _leader(ctx, pod) == int(me["ID"]):
+        to = next((m for m in voters if m["name"] in upgraded), None) or next(iter(voters), None)
+        if to is not None:  # (a single member has no one to hand over to)
+            await etcdctl(ctx, pod, "move-leader", _hex(to["ID"]))  # asked of the leader itself
+            await ctx.event("LeaderMoved", f"{pod} hands leadership to {to['name']} before it restarts")
+    if not _persistent(ctx) and voters:
+        via = voters[0]["name"]
+        url = _peer_url(ctx, int(pod.rsplit("-", 1)[1]))
+        await etcdctl(ctx, via, "member", "remove", _hex(me["ID"]))
+        for attempt in range(10):  # etcd refuses a change until the cluster has settled after one
+            try:
+                await etcdctl(ctx, via, "member", "add", pod, f"--peer-urls={url}", "--learner")
+                break
+            except ExecFailed:
+                if attempt == 9:
+                    raise
+                await asyncio.sleep(3.0)
+        await ctx.event("MemberReplaced", f"{pod} has no data volume: it rejoins empty, as a learner")
+
+
+async def _restarted_healthy(ctx: Context, pod: str) -> str | None:
+    """A member is healthy (see ``_member_healthy``); a learner (a replaced member) is promoted
+    once it has caught up (asked of another member: a learner answers no linearizable request)."""
+    ordinal = int(pod.rsplit("-", 1)[1])
+    try:
+        members = await _members(ctx, f"{statefulset(ctx)}-{0 if ordinal else 1}")
+    except ExecFailed:
+        members = []  # a single member, or that one restarting: the member answers for itself
+    me = _by_peer(members, _peer_url(ctx, ordinal))
+    if me is not None and me.get("isLearner"):
+        try:
+            await etcdctl(
+                ctx, f"{statefulset(ctx)}-{0 if ordinal else 1}", "member", "promote", _hex(me["ID"])
+            )
+        except ExecFailed as exc:
+            return f"a learner catching up ({exc})"
+        await ctx.event("MemberPromoted", f"{pod} votes")
+    return await _member_healthy(ctx, pod)
+
+
+async def _step(ctx: Context) -> Mapping[str, Any]:
+    """The resize step the before hook recorded (read again: it saved it after this context was made)."""
+    api_version, kind = ctx.resource["apiVersion"], ctx.resource["kind"]
+    now = await ctx.kube.get(api_version, kind, ctx.name, ctx.namespace) or {}
+    return dict(((now.get("status") or {}).get("day2") or {}).get("members") or {})
+
+
+async def _member_healthy(ctx: Context, pod: str) -> str | None:
+    """A member serves (a linearizable read through it answers) and votes (not a learner)."""
+    try:
+        health = await etcdctl(ctx, pod, "endpoint", "health")
+        status = await etcdctl(ctx, pod, "endpoint", "status")
+    except ExecFailed as exc:
+        return f"etcdctl: {exc}"
+    if not health or not health[0].get("health"):
+        return f"unhealthy: {(health or [{}])[0].get('error', 'no answer')}"
+    if status and status[0]["Status"].get("isLearner"):
+        return "still a learner"
+    return None
+
+
+@hooks.after("upgrade", timeout=STEP_TIMEOUT * 5)
+async def finish_step(ctx: Context) -> None:
+    """Promote the member the upgrade started; delete the data volume of one it removed (a later
+    member of that ordinal must start empty); restart members on a new version one at a time."""
+    name = statefulset(ctx)
+    live = await ctx.kube.get("apps/v1", "StatefulSet", name, ctx.namespace)
+    if live is None:
+        return
+    via = f"{name}-0"
+    step = await _step(ctx)
+    if step.get("to", 0) > step.get("from", 0):
+        await _promote_learners(ctx, via)
+    replicas = int((live.get("spec") or {}).get("replicas", 1))
+    await _drop_stale_claims(ctx, replicas)
+    if await rolling.outdated(ctx, name, needs_restart):  # exec only then (KWOK runs no etcd)
+        leader = await _leader(ctx, via)
+        members = await _members(ctx, via)
+        last = next((m.get("name") for m in members if leader is not None and int(m["ID"]) == leader), None)
+        await rolling.roll(
+            ctx,
+            name,
+            check=lambda pod: _restarted_healthy(ctx, pod),
+            last=last,
+            restart=needs_restart,
+            handover=lambda pod, upgraded: _hand_over(ctx, pod, upgraded),
+            timeout=STEP_TIMEOUT,
+        )
+    if step:
+        wanted = int(ctx.spec.get("size", replicas))
+        ctx.day2["members"] = (
+            {"from": replicas, "to": replicas, "size": wanted} if wanted != replicas else None
+        )
+        await ctx.day2.save()
+
+
+def _selector(ctx: Context) -> dict[str, str]:
+    return {"app.kubernetes.io/instance": ctx.release_name}

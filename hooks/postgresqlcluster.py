@@ -1,5 +1,7 @@
 """Day-2 hooks of PostgreSQLCluster: scheduled and on-demand backups with retention, a final
-backup before the release is uninstalled, restore into a new cluster, and primary failover.
+backup before the release is uninstalled, restore into a new cluster, primary failover, and
+version (or configuration) changes that restart the standbys first and the primary last, after a
+switchover.
 
 Backups are ``pg_dump`` Jobs writing ``<backup>.sql.gz`` to the PersistentVolumeClaim
 ``<cluster>-backups``, which is not owned by the cluster (the backups outlive it). A restore runs
@@ -26,23 +28,27 @@ Every value reaches a Job as one argv element or an environment variable (``jobs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from helm_operator.hooks import (
     Claim,
     Context,
+    ExecFailed,
     Hooks,
+    InvalidSpec,
     PermanentError,
     Retention,
     Script,
     SecretKey,
+    TemporaryError,
     backup,
     bounded,
     failover,
     jobs,
     parse_age,
     parse_count,
+    rolling,
     shapes,
     verify,
 )
@@ -215,6 +221,118 @@ async def elect_primary(ctx: Context) -> None:
 async def switchover(ctx: Context) -> None:
     """``helm-operator.io/action: switchover=<pod>``: make that Ready standby the primary."""
     await failover.switchover(ctx, ROLE, database_pod, fence=FENCE, tell=TOLD)
+
+
+# --- version changes --------------------------------------------------------------------------
+# The chart's StatefulSet is OnDelete: Helm's upgrade changes its template only, and the instances
+# restart one at a time (rolling.roll), the standbys first, each Ready and streaming from the
+# primary before the next goes. The primary goes last: first it hands over to a restarted standby
+# (a switchover: it stops before the standby is promoted, so no acknowledged write is lost), then
+# it restarts as a standby of the new primary. Clients see one switchover's window, not a failover.
+
+ROLL_STEP = 300.0  # seconds an instance may take to restart and stream again
+# Asked of an instance over its local socket: "primary", or a standby's WAL receiver status
+# ("streaming" once it follows the primary).
+ROLE_QUERY = (
+    "SELECT CASE WHEN NOT pg_is_in_recovery() THEN 'primary' "
+    "ELSE coalesce((SELECT status FROM pg_stat_wal_receiver), 'not streaming') END"
+)
+
+
+def major(version: str) -> str:
+    """PostgreSQL's major version of a ``version`` value ("15" of "15", "15.14")."""
+    return version.split(".")[0]
+
+
+def version_change(running: str, wanted: str) -> str | None:
+    """Why the instances cannot move from ``running`` to ``wanted`` by restarting (None: they can)."""
+    if major(running) != major(wanted):
+        return (
+            f"{running} to {wanted} changes the major version: the data directory must be converted "
+            "(pg_upgrade, or a new cluster restored from a backup with restore.fromBackup); "
+            "a restart on the new image would not start"
+        )
+    return None
+
+
+def _running_version(ctx: Context) -> str | None:
+    """The version the deployed release runs (its StatefulSet's image tag)."""
+    for sts in ctx.release.find("StatefulSet") if ctx.release is not None else []:
+        for container in sts.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            if container.get("name") == "postgres":
+                return str(container.get("image", "")).rpartition(":")[2] or None
+    return None
+
+
+@hooks.before("upgrade", timeout=30)
+async def refuse_major_change(ctx: Context) -> None:
+    """A new major version is refused before Helm changes anything (see ``version_change``)."""
+    running, wanted = _running_version(ctx), str(ctx.values.get("version", ""))
+    why = version_change(running, wanted) if running and wanted else None
+    if why is not None:
+        raise InvalidSpec("spec.version", f"{why}; the cluster keeps running {running}")
+
+
+def _is_primary(pod: Mapping[str, Any]) -> bool:
+    """Whether the Pod carries the primary's role label (what the client Service selects)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(ROLE) == "primary"
+
+
+async def _role(ctx: Context, pod: str) -> str:
+    user = _libpq(ctx)["PGUSER"]  # one argv element: no shell
+    argv = ["psql", "-h", "/var/run/postgresql", "-U", user, "-d", "postgres", "-tAc", ROLE_QUERY]
+    return (await ctx.kube.exec(pod, str(ctx.namespace), argv, container="postgres", timeout=10)).strip()
+
+
+async def _instance_healthy(ctx: Context, pod: str) -> str | None:
+    """The primary answers as one; a standby streams from it."""
+    labelled = _is_primary(await ctx.kube.get("v1", "Pod", pod, ctx.namespace) or {})
+    try:
+        role = await _role(ctx, pod)
+    except ExecFailed as exc:
+        return f"does not answer ({exc})"
+    if labelled:
+        return None if role == "primary" else f"labelled primary but {role}"
+    return None if role == "streaming" else f"a standby, {role}"
+
+
+async def _hand_over(ctx: Context, pod: str, restarted: Sequence[str]) -> None:
+    """Before ``pod`` restarts: if it is the primary, switch over to a restarted standby that streams."""
+    pods = [
+        p
+        for p in await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
+        if database_pod(p)
+    ]
+    primary = next((p for p in pods if _is_primary(p)), None)
+    if primary is None or primary["metadata"]["name"] != pod or len(pods) == 1:
+        return  # not the primary, or the only instance: it restarts as it is (no one to hand over to)
+    for target in sorted(restarted):
+        if await _instance_healthy(ctx, target) is None:
+            # Alone: the failover hook, which runs beside Helm's upgrade and its hooks, would
+            # otherwise see the demoted primary still Ready and give it the label back.
+            async with ctx.alone():
+                await failover.switchover(ctx, ROLE, database_pod, fence=FENCE, tell=TOLD, to=target)
+            return
+    raise TemporaryError(f"no restarted standby of {', '.join(restarted) or 'none'} streams yet", delay=5.0)
+
+
+@hooks.after("upgrade", timeout=ROLL_STEP * 5)
+async def restart_instances(ctx: Context) -> None:
+    """Restart the instances on the new template: standbys first, the primary last after a
+    switchover (see above)."""
+    name = statefulset(ctx)
+    if not await rolling.outdated(ctx, name):  # exec only then (KWOK runs no PostgreSQL)
+        return
+    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
+    primary = next((p["metadata"]["name"] for p in pods if _is_primary(p)), None)
+    await rolling.roll(
+        ctx,
+        name,
+        check=lambda pod: _instance_healthy(ctx, pod),
+        last=primary,
+        handover=lambda pod, restarted: _hand_over(ctx, pod, restarted),
+        timeout=ROLL_STEP,
+    )
 
 
 # --- the Jobs ---------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The conversion webhook's certificates: a private CA the operator makes for itself, and a serving
 certificate it signs, both as PEM (``cryptography``). The API server trusts the CA through the
-CRD's ``caBundle``; nothing else needs to."""
+CRD's ``caBundle``; nothing else needs to.
+
+``cryptography`` is imported on first use: it costs the process ~8 MiB, and only an operator with
+converters makes or reads a certificate."""
 
 from __future__ import annotations
 
@@ -8,11 +11,10 @@ import datetime as dt
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 CA_DAYS = 3650
 SERVING_DAYS = 365
@@ -25,16 +27,24 @@ class Pair:
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 
 
 def new_ca(name: str, now: dt.datetime, days: int = CA_DAYS) -> Pair:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
     key = _key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     cert = (
@@ -67,6 +77,11 @@ def new_ca(name: str, now: dt.datetime, days: int = CA_DAYS) -> Pair:
 
 def new_serving(ca: Pair, names: Sequence[str], now: dt.datetime, days: int = SERVING_DAYS) -> Pair:
     """A serving certificate for ``names`` (DNS names and IP addresses), signed by ``ca``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -94,11 +109,15 @@ def new_serving(ca: Pair, names: Sequence[str], now: dt.datetime, days: int = SE
 
 
 def not_after(cert_pem: bytes) -> dt.datetime:
+    from cryptography import x509
+
     return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
 
 
 def names_of(cert_pem: bytes) -> set[str]:
     """The DNS names and IP addresses a certificate is for."""
+    from cryptography import x509
+
     cert = x509.load_pem_x509_certificate(cert_pem)
     try:
         alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

@@ -479,7 +479,10 @@ class Helm:
         out: bytes = await self._call("test", {}, [], go)
         return out.decode(errors="replace")
 
-    async def uninstall(self, name: str, namespace: str, *, timeout: float, wait: bool) -> None:
+    async def uninstall(self, name: str, namespace: str, *, timeout: float, wait: bool) -> bool:
+        """Uninstall the release: True when Helm did, False when it found no record of it (gone
+        already, or deleted meanwhile: Helm then deleted none of its objects)."""
+
         async def go() -> Any:
             return await self._cmd.uninstall(name, namespace=namespace, timeout=f"{int(timeout)}s", wait=wait)
 
@@ -488,6 +491,8 @@ class Helm:
         except HelmError as exc:
             if "not found" not in exc.message:
                 raise
+            return False
+        return True
 
 
 def _helm_processes(argv_needles: Sequence[str]) -> list[int]:

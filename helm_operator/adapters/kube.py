@@ -250,10 +250,14 @@ class Kube:
         group, _, version = ref.api_version.rpartition("/")
         body = {"metadata": {"finalizers": [f for f in finalizers if f != finalizer]}}
         api = client.CustomObjectsApi(self.api)
-        if ref.namespace:
-            api.patch_namespaced_custom_object(group, version, ref.namespace, plural, ref.name, body)
-        else:
-            api.patch_cluster_custom_object(group, version, plural, ref.name, body)
+        try:
+            if ref.namespace:
+                api.patch_namespaced_custom_object(group, version, ref.namespace, plural, ref.name, body)
+            else:
+                api.patch_cluster_custom_object(group, version, plural, ref.name, body)
+        except ApiException as exc:
+            if exc.status != 404:  # gone already: nothing left to let go
+                raise
 
     def delete_labelled(
         self,

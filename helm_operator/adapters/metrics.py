@@ -70,6 +70,15 @@ DEPENDENT_CACHE = Gauge(
     "Objects held in the cache of each dependent watch (label-filtered server-side)",
     ["kind"],
 )
+HOOK_WATCH_OBJECTS = Gauge(
+    "helm_operator_hook_watch_objects",
+    "Objects held by the watches of watch hooks, by kind (a sharded instance: of the owners it holds)",
+    ["kind"],
+)
+RELEASE_INDEX = Gauge(
+    "helm_operator_release_index_releases",
+    "Releases whose stored revisions the watch of Helm's storage tracks (a ring's shard: those it holds)",
+)
 DEPENDENT_CHANGES = Counter(
     "helm_operator_dependent_changes_total",
     "Changes of release objects the dependent watches saw, by what they meant: changed (compared "
@@ -81,6 +90,12 @@ WATCH_CHECKS = Counter(
     "Checks the dependent watches started: the objects compared with the release (objects), or "
     "only the workloads' readiness read (readiness)",
     ["watch", "read"],
+)
+DAY2_RUNS = Counter(
+    "helm_operator_day2_runs_total",
+    "Finished runs of day-2 schedules and actions by watch, hook (schedule/NAME, action/VERB) and "
+    "result (Succeeded, Failed): an alert on failed scheduled backups needs no log scraping",
+    ["watch", "hook", "result"],
 )
 BACKUP_LAST_VERIFIED = Gauge(
     "helm_operator_backup_last_verified_timestamp_seconds",

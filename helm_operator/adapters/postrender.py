@@ -62,10 +62,35 @@ POD_TEMPLATES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _label_pod_template(doc: dict[str, Any], owner: str) -> None:
+def _template_path(doc: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Where the object keeps the template of its Pods, if they are labelled."""
     path = POD_TEMPLATES.get(str(doc.get("kind")))
     meta = doc.get("metadata") or {}
     if path is None or (doc["kind"] == "Job" and HOOK_ANNOTATION not in (meta.get("annotations") or {})):
+        return None
+    return path
+
+
+def _owner_references(
+    doc: Mapping[str, Any], owner_ref: Mapping[str, Any] | None, namespace: str | None, scopes: Scopes
+) -> list[dict[str, Any]] | None:
+    """The object's ownerReferences with the resource's, or None where it gets none: a kept or
+    cluster-scoped object, or one in another namespace. The chart's own controller stays."""
+    meta = doc.get("metadata") or {}
+    keep = (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep"
+    same_namespace = meta.get("namespace") in (None, namespace)
+    if not owner_ref or keep or not same_namespace or not namespaced(doc, scopes):
+        return None
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner_ref.get("uid")]
+    ours = dict(owner_ref)
+    if any(r.get("controller") for r in refs):  # one controller per object: the chart's stays
+        ours.pop("controller", None)
+    return [*refs, ours]
+
+
+def _label_pod_template(doc: dict[str, Any], owner: str) -> None:
+    path = _template_path(doc)
+    if path is None:
         return
     node: Any = doc
     for part in path:
@@ -100,11 +125,9 @@ def mark(
             labels[SHARD_LABEL] = shard
         meta["labels"] = labels
         _label_pod_template(doc, owner)
-        keep = (meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep"
-        same_namespace = meta.get("namespace") in (None, namespace)
-        if owner_ref and not keep and same_namespace and namespaced(doc, scopes):
-            refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner_ref.get("uid")]
-            meta["ownerReferences"] = [*refs, dict(owner_ref)]
+        refs = _owner_references(doc, owner_ref, namespace, scopes)
+        if refs is not None:
+            meta["ownerReferences"] = refs
         out.append(doc)
     return out
 
@@ -146,16 +169,166 @@ def _render(argv: Sequence[str], manifest: bytes) -> tuple[int, bytes, str, tupl
     owner_ref = json.loads(args.owner_ref) if args.owner_ref else None
     rules = TenantRules(**json.loads(args.tenant)) if args.tenant else TenantRules(enforce=False)
     rules = TenantRules(rules.enforce, tuple(rules.allowed_namespaces), rules.allow_cluster_scoped)
-    docs = [d for d in yaml.load_all(manifest, Loader=_Loader) if isinstance(d, dict) and "kind" in d]
     server: dict[str, bool] = json.loads(Path(args.scopes).read_text()) if args.scopes else {}
+    try:
+        nodes: list[tuple[yaml.MappingNode, dict[str, Any]]] | None = _documents(manifest)
+    except _Unusual:
+        nodes = None
+    docs = [light for _, light in nodes] if nodes is not None else _objects(manifest)
     scopes = scopes_with_crds(server, docs)
     found = violations(docs, args.namespace, scopes, rules)
     if found:
         lines = [f"helm-operator: {v}" for v in found]
         return EXIT_VIOLATION, b"", "\n".join(lines) + "\n", ()
-    marked = mark(docs, args.owner, owner_ref, args.namespace, scopes, args.shard or None)
+    shard = args.shard or None
+    if nodes is not None:
+        try:
+            for node, light in nodes:
+                _mark_node(node, light, args.owner, owner_ref, args.namespace, scopes, shard)
+            out = yaml.serialize_all([n for n, _ in nodes], Dumper=_Dumper, allow_unicode=True)
+            return 0, out.encode(), "", manifest_ids_of(docs)
+        except _Unusual:
+            docs = _objects(manifest)
+    marked = mark(docs, args.owner, owner_ref, args.namespace, scopes, shard)
     out = yaml.dump_all(marked, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     return 0, out.encode(), "", manifest_ids_of(marked)
+
+
+# The same marks on the parsed YAML nodes, in C at both ends: libyaml composes Helm's stream into
+# nodes and serialises them back, and Python touches only the few mappings the marks change and
+# builds only the small parts the checks read (kind, metadata, a CRD's names). Constructing every
+# value as a Python object and representing it again took half of each post-render. Whatever this
+# path does not handle exactly as the object path would (a merge key, a duplicate key, a label map
+# that is not a map) sends the whole stream through the object path instead.
+_TAG = "tag:yaml.org,2002:"
+
+
+class _Unusual(Exception):
+    """The stream needs the object path."""
+
+
+def _documents(manifest: bytes) -> list[tuple[yaml.MappingNode, dict[str, Any]]]:
+    """Every object of the stream: its node, and what the checks read of it as plain values."""
+    out = []
+    for node in yaml.compose_all(manifest, Loader=_Loader):
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        fields = _fields(node)
+        if "kind" not in fields:
+            continue
+        metadata = fields.get("metadata")
+        if isinstance(metadata, yaml.MappingNode):
+            _fields(metadata)  # its labels and references are changed in place
+        light: dict[str, Any] = {
+            k: _value(fields[k]) for k in ("apiVersion", "kind", "metadata") if k in fields
+        }
+        if light.get("kind") == "CustomResourceDefinition" and "spec" in fields:
+            light["spec"] = _value(fields["spec"])
+        out.append((node, light))
+    return out
+
+
+def _fields(node: yaml.MappingNode) -> dict[str, yaml.Node]:
+    """A mapping's values by key; refused where the object path would read it otherwise."""
+    found: dict[str, yaml.Node] = {}
+    for key, value in node.value:
+        if key.tag == _TAG + "merge" or not isinstance(key, yaml.ScalarNode) or key.value in found:
+            raise _Unusual
+        found[key.value] = value
+    return found
+
+
+def _value(node: yaml.Node) -> Any:
+    return yaml.constructor.SafeConstructor().construct_document(node)
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == _TAG + "null"
+
+
+def _node(value: Any) -> yaml.Node:
+    """A node for a value the marks add (strings, booleans, maps and lists of them)."""
+    if isinstance(value, bool):
+        return yaml.ScalarNode(_TAG + "bool", "true" if value else "false")
+    if isinstance(value, str):
+        return yaml.ScalarNode(_TAG + "str", value)
+    if isinstance(value, Mapping):
+        return yaml.MappingNode(_TAG + "map", [(_node(str(k)), _node(v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return yaml.SequenceNode(_TAG + "seq", [_node(v) for v in value])
+    raise _Unusual
+
+
+def _mapping(node: yaml.MappingNode, key: str) -> yaml.MappingNode | None:
+    """The mapping under ``key``, or None where there is none (missing, or another value)."""
+    for k, v in node.value:
+        if k.value == key and isinstance(v, yaml.MappingNode):
+            _fields(v)
+            return v
+    return None
+
+
+def _ensure(node: yaml.MappingNode, key: str) -> yaml.MappingNode:
+    """The mapping under ``key``, a new empty one in place of a missing or null value."""
+    for i, (k, v) in enumerate(node.value):
+        if k.value == key:
+            if isinstance(v, yaml.MappingNode):
+                _fields(v)
+                return v
+            if not _is_null(v):
+                raise _Unusual
+            new = yaml.MappingNode(_TAG + "map", [])
+            node.value[i] = (k, new)
+            return new
+    new = yaml.MappingNode(_TAG + "map", [])
+    node.value.append((_node(key), new))
+    return new
+
+
+def _put(node: yaml.MappingNode, key: str, value: Any) -> None:
+    _put_node(node, key, _node(value))
+
+
+def _put_node(node: yaml.MappingNode, key: str, value: yaml.Node) -> None:
+    for i, (k, _) in enumerate(node.value):
+        if k.value == key:
+            node.value[i] = (k, value)
+            return
+    node.value.append((_node(key), value))
+
+
+def _mark_node(
+    node: yaml.MappingNode,
+    light: dict[str, Any],
+    owner: str,
+    owner_ref: Mapping[str, Any] | None,
+    namespace: str | None,
+    scopes: Scopes,
+    shard: str | None,
+) -> None:
+    """``mark`` of one object, on its node (``light``: its plain values, as the checks read them)."""
+    meta_node = _ensure(node, "metadata")
+    labels = _ensure(meta_node, "labels")
+    _put(labels, OWNER_LABEL, owner)
+    if shard:
+        _put(labels, SHARD_LABEL, shard)
+    path = _template_path(light)
+    template: yaml.MappingNode | None = node if path is not None else None
+    for part in path or ():
+        template = _mapping(template, part) if template is not None else None
+    if template is not None:  # a map of its own: the labels may be the selector's, by an alias
+        template_meta = _ensure(template, "metadata")
+        labels = yaml.MappingNode(_TAG + "map", list(_ensure(template_meta, "labels").value))
+        _put(labels, OWNER_LABEL, owner)
+        _put_node(template_meta, "labels", labels)
+    refs = _owner_references(light, owner_ref, namespace, scopes)
+    if refs is not None:
+        _put(meta_node, "ownerReferences", refs)
+
+
+def _objects(manifest: bytes) -> list[dict[str, Any]]:
+    """The stream's objects as Python values (the object path)."""
+    return [d for d in yaml.load_all(manifest, Loader=_Loader) if isinstance(d, dict) and "kind" in d]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,9 @@ import yaml
 
 from helm_operator.cli.common import Refused, build_app, kubeconfig_path
 from helm_operator.config.watches import Watch, WatchesError, load_watches, resolve
+from helm_operator.hooks import conversion
+from helm_operator.hooks.errors import HookLoadError
+from helm_operator.hooks.loader import load_all
 from helm_operator.preview.kubectl import Apply
 
 EXIT_SAME, EXIT_CHANGED, EXIT_ERROR = 0, 1, 2
@@ -44,10 +47,18 @@ class Wanted:
     where: str  # "file: document N", for messages
 
 
-def parse_resources(source: str, text: str, watches: Sequence[Watch], namespace: str | None) -> list[Wanted]:
+def parse_resources(
+    source: str,
+    text: str,
+    watches: Sequence[Watch],
+    namespace: str | None,
+    converted: Mapping[tuple[str, str], conversion.Kind] | None = None,
+) -> list[Wanted]:
     """The custom resources of a YAML stream, each matched to its watch (by apiVersion and kind).
     ``namespace``: given on the command line (a document naming another one is an error, as with
-    kubectl). Raises :class:`InputError` on the first problem."""
+    kubectl). ``converted``: the kinds whose hook modules declare converters; a document in another
+    version of one is converted to the watch's, as the API server would through the operator's
+    webhook. Raises :class:`InputError` on the first problem."""
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
@@ -69,6 +80,14 @@ def parse_resources(source: str, text: str, watches: Sequence[Watch], namespace:
         if "spec" in doc and doc["spec"] is not None and not isinstance(doc["spec"], dict):
             raise InputError(f"{where}: field 'spec': expected a mapping, got {type(doc['spec']).__name__}")
         watch = served.get((doc["apiVersion"], doc["kind"]))
+        group = doc["apiVersion"].rpartition("/")[0]
+        kind = (converted or {}).get((group, doc["kind"]))
+        if watch is None and kind is not None:
+            watch = served.get((f"{group}/{kind.hub}" if group else kind.hub, doc["kind"]))
+            try:
+                doc = conversion.convert(kind, doc, kind.hub) if watch is not None else doc
+            except conversion.ConversionError as exc:
+                raise InputError(f"{where}: {exc}") from None
         if watch is None:
             known = ", ".join(f"{w.kind} ({w.api_version})" for w in watches)
             raise InputError(
@@ -87,6 +106,11 @@ def parse_resources(source: str, text: str, watches: Sequence[Watch], namespace:
     if not found:
         raise InputError(f"{source}: no resources in the file")
     return found
+
+
+def _converted(watches: Sequence[Watch], base: Path) -> dict[tuple[str, str], conversion.Kind]:
+    """The watched kinds whose hook modules declare converters (the watch's version the hub)."""
+    return conversion.kinds(watches, load_all([(w.key, w.hooks) for w in watches if w.hooks], base))
 
 
 def _read(path: str) -> str:
@@ -162,10 +186,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
         apply = apply_of(args)
         wanted: list[Wanted] = []
         watches = load_watches(args.watches_file)
+        converted = _converted(watches, Path(args.watches_file).resolve().parent)
         for path in args.filename:
-            wanted += parse_resources(path, _read(path), watches, args.namespace)
+            wanted += parse_resources(path, _read(path), watches, args.namespace, converted)
     except WatchesError as exc:
         print(f"helm-operator diff: invalid watches file: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except HookLoadError as exc:
+        print(f"helm-operator diff: invalid hooks: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except InputError as exc:
         print(f"helm-operator diff: {exc}", file=sys.stderr)

@@ -118,6 +118,9 @@ def _conversion(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from helm_operator.release.state import RetryPolicy
+    from helm_operator.runtime import allocator
+
+    allocator.limit_arenas()  # before any thread starts
 
     namespaces = [
         n for ns in (args.namespace or [os.environ.get("WATCH_NAMESPACE", "")]) for n in ns.split(",") if n
@@ -140,8 +143,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         rc: int = app.run()
     except WatchesError as exc:  # the file contradicts what the API server serves
         print(f"helm-operator: invalid watches file: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    return rc
+        rc = EXIT_CONFIG
+    from helm_operator.runtime.fence import exit_now
+
+    exit_now(rc)  # the orderly stop is done (lease handed over, work folder gone)
 
 
 def cmd_finalize(args: argparse.Namespace) -> int:

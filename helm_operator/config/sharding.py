@@ -15,6 +15,7 @@ label on its objects and its release record along with it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,10 +54,36 @@ def expression(shard: str) -> dict[str, Any]:
     return {"key": SHARD_LABEL, "operator": "In", "values": [shard]}
 
 
-def selector(base: str, shard: Shard) -> str:
-    """``base`` (a ``labelSelector`` query) limited to the shard."""
-    term = requirement(shard)
-    return f"{base},{term}" if term else base
+def selector(base: str, shard: Shard, ring: Ring | None = None) -> str:
+    """``base`` (a ``labelSelector`` query) limited to the static shard and the ring's shard."""
+    terms = [t for t in (requirement(shard), ring.requirement() if ring else None) if t]
+    return ",".join([base, *terms])
+
+
+def holds(query: str, labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` meet every term of a ``labelSelector`` query made of ``key``, ``!key``
+    and ``key=value`` terms (the ones this module writes)."""
+    for term in query.split(","):
+        key, eq, value = term.partition("=")
+        if term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif (labels.get(key) != value) if eq else (key not in labels):
+            return False
+    return True
+
+
+MEMBERS_LIMIT = 32 * 1024  # characters of a set-based term: a watch's request line stays small
+
+
+def members(key: str, values: Iterable[str], limit: int = MEMBERS_LIMIT) -> str | None:
+    """``key in (a,b,...)``: a term for objects labelled with one of the values an instance holds,
+    for what no shard label can mark (a label on pod templates would restart workloads at every
+    move; Helm rewrites a superseded revision's Secret with the labels it recorded). None when there
+    are none, or too many for one request (then the caller watches by ``key`` alone and filters)."""
+    held = sorted(set(values))
+    term = f"{key} in ({','.join(held)})"
+    return term if held and len(term) <= limit else None
 
 
 def object_labels(shard: Shard) -> dict[str, str]:
@@ -111,6 +138,11 @@ class Ring:
     @property
     def drain_label(self) -> str:
         return f"drain.{RING_PREFIX}/{self.name}"
+
+    def requirement(self) -> str:
+        """This shard's term of a ``labelSelector`` query (the sharder labels the objects a
+        resource controls as it labels the resource)."""
+        return f"{self.shard_label}={self.shard}"
 
     def expression(self) -> dict[str, Any]:
         """The ring's selector for this shard's resources, as a ``matchExpressions`` entry."""

@@ -8,6 +8,7 @@ import re
 MAX_RELEASE_NAME = 53
 _VALID_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
+ANNOTATION_PREFIX = "helm-operator.io/"  # every annotation users set for the operator
 OWNER_LABEL = "helm-operator.io/owner"  # on every object a release renders; dependent watches select on it
 DIGEST_LABEL = "helm-operator.io/digest"  # on Helm's release record: the desired digest it was made for
 # On Helm's release record: the revision the operator expected to write. Helm copies a release's

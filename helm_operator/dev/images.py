@@ -104,7 +104,9 @@ class Recipe:
     as it is), ``debian`` (on the base, in a chroot: ``prepare``, ``packages`` from Debian,
     ``copies`` of host things by name to paths, then ``script``), ``dockerfile`` (buildah). ``inputs`` are the
     digests of everything else it is made from (versions, sources). Every field goes into
-    ``key``, so a changed recipe is a new archive.
+    ``key``, so a changed recipe is a new archive. ``tag_also``: a command run in a ``debian``
+    image once built, whose output is a second tag of the same image (as ``postgres:15`` is also
+    ``postgres:15.14`` in public registries).
     """
 
     ref: str
@@ -115,6 +117,7 @@ class Recipe:
     prepare: str = ""
     script: str = ""
     inputs: tuple[tuple[str, str], ...] = ()
+    tag_also: str = ""
 
     @property
     def key(self) -> str:
@@ -127,6 +130,7 @@ class Recipe:
             "prepare": self.prepare,
             "script": self.script,
             "inputs": [list(i) for i in self.inputs],
+            "tag_also": self.tag_also,
         }
         return digest_of(doc)
 
@@ -244,13 +248,24 @@ def image_manifest(config: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[
     return {"schemaVersion": 2, "mediaType": MEDIA_MANIFEST, "config": dict(config), "layers": [dict(layer)]}
 
 
-def image_index(manifest: Mapping[str, Any], ref: str, arch: str = "amd64") -> dict[str, Any]:
-    """The layout's ``index.json``: one manifest, named for containerd and for OCI tools."""
+def image_index(
+    manifest: Mapping[str, Any], ref: str, arch: str = "amd64", also: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The layout's ``index.json``: one manifest, named for containerd and for OCI tools (once
+    more for each name in ``also``: containerd imports one image per name)."""
     return {
         "schemaVersion": 2,
         "mediaType": MEDIA_INDEX,
-        "manifests": [named(manifest, ref, arch)],
+        "manifests": [named(manifest, r, arch) for r in (ref, *also)],
     }
+
+
+def names(archive: Path) -> list[str]:
+    """The image names an archive's ``index.json`` gives containerd."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        index = json.loads(member.read()) if member is not None else {}
+    return [str(m.get("annotations", {}).get(NAME_ANNOTATION)) for m in index.get("manifests", [])]
 
 
 def named(manifest: Mapping[str, Any], ref: str, arch: str = "amd64") -> dict[str, Any]:
@@ -265,10 +280,9 @@ def recipes(
     *,
     mirror: str,
     go_version: str,
-    etcd_version: str,
+    etcd_versions: Sequence[str],
     pause_source: str,
     postgres_entrypoint: str,
-    etcd_binaries: str,
     operator_sources: str,
 ) -> dict[str, Recipe]:
     """Every image by name. Inputs are digests of what each is made of, so that its key changes
@@ -327,14 +341,23 @@ def recipes(
             ' && [ "$(id -u postgres):$(id -g postgres)" = 999:999 ]'
             " && postgres --version && gosu postgres true && docker-entrypoint.sh true",
             inputs=(*rootfs, ("entrypoint", postgres_entrypoint)),
+            # Also tagged with its exact version (15.14): a version change of the sample from "15"
+            # to that restarts every instance on the same binary, which proves the order of a
+            # minor upgrade (Debian ships one PostgreSQL 15).
+            tag_also="postgres --version | sed -nE 's/^postgres \\(PostgreSQL\\) ([0-9]+\\.[0-9]+).*/\\1/p'",
         ),
-        Recipe(
-            etcd_ref(etcd_version),
-            "debian",
-            RunConfig(cmd=("etcd",)),
-            copies=(("etcd-binaries", "/usr/local/bin/"),),
-            script="etcd --version && etcdctl version && etcdutl version",
-            inputs=(*rootfs, ("etcd", etcd_version), ("binaries", etcd_binaries)),
+        # One etcd image per pinned version: the control plane's, and the one the EtcdCluster
+        # sample upgrades to (a real member-by-member version change needs two real etcds).
+        *(
+            Recipe(
+                etcd_ref(version),
+                "debian",
+                RunConfig(cmd=("etcd",)),
+                copies=((f"etcd-binaries:{version}", "/usr/local/bin/"),),
+                script="etcd --version && etcdctl version && etcdutl version",
+                inputs=(*rootfs, ("etcd", version)),
+            )
+            for version in etcd_versions
         ),
         go_base,
         python_base,
@@ -372,8 +395,9 @@ def _add_file(tar: tarfile.TarFile, name: str, path: Path) -> None:
         tar.addfile(info, f)
 
 
-def write_archive(layer: Path, config: RunConfig, ref: str, out: Path) -> None:
-    """A one-layer OCI image archive (the layer uncompressed: nothing to inflate at import)."""
+def write_archive(layer: Path, config: RunConfig, ref: str, out: Path, also: Sequence[str] = ()) -> None:
+    """A one-layer OCI image archive (the layer uncompressed: nothing to inflate at import),
+    named ``ref`` and each of ``also``."""
     diff_id, size = _sha256_file(layer)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     cfg = json.dumps(image_config(diff_id, config, created), sort_keys=True).encode()
@@ -381,7 +405,9 @@ def write_archive(layer: Path, config: RunConfig, ref: str, out: Path) -> None:
     manifest = json.dumps(
         image_manifest(cfg_desc, descriptor(MEDIA_LAYER, diff_id, size)), sort_keys=True
     ).encode()
-    index = image_index(descriptor(MEDIA_MANIFEST, hashlib.sha256(manifest).hexdigest(), len(manifest)), ref)
+    index = image_index(
+        descriptor(MEDIA_MANIFEST, hashlib.sha256(manifest).hexdigest(), len(manifest)), ref, also=also
+    )
     partial = out.with_name(out.name + ".partial")
     with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
         _add_bytes(tar, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
@@ -432,8 +458,8 @@ class Builder:
     logs: Path
     repo: Path = REPO_ROOT
     progress: Callable[[str], None] = print
-    etcd_version: str = ""
-    etcd: Path = Path()
+    etcd_versions: tuple[str, ...] = ()
+    tools: Path = Path()  # where the bootstrap put each etcd version's server binary
     _recipes: dict[str, Recipe] = field(default_factory=dict)
     _log: IO[str] | None = None
 
@@ -444,10 +470,9 @@ class Builder:
             self._recipes = recipes(
                 mirror=self.mirror(),
                 go_version=_run_out(["go", "version"]).strip(),
-                etcd_version=self.etcd_version,
+                etcd_versions=self.etcd_versions,
                 pause_source=tree_digest(self.repo, ["tools/pause"]),
                 postgres_entrypoint=tree_digest(self.repo, [POSTGRES_ENTRYPOINT]),
-                etcd_binaries=self.etcd_version,
                 operator_sources=self.operator_sources(),
             )
         return self._recipes
@@ -602,15 +627,31 @@ class Builder:
             resolv.touch()
             shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
             (root / "var/lib/apt/lists/partial").mkdir(parents=True)
+            also: tuple[str, ...] = ()
+            if recipe.tag_also:
+                tag = self._chroot(root, recipe.tag_also, recipe.config.env, capture=True).strip()
+                if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag):
+                    raise ImageBuildFailed(f"{recipe.ref}: {recipe.tag_also!r} printed {tag!r}, not a tag")
+                also = (f"{recipe.ref.rpartition(':')[0]}:{tag}",)
             layer = d / "layer.tar"
             self._tar(root, layer)
-            write_archive(layer, recipe.config, recipe.ref, out)
+            write_archive(layer, recipe.config, recipe.ref, out, also=also)
 
-    def _chroot(self, root: Path, script: str, image_env: Sequence[str] = ()) -> None:
-        """Run ``script`` in ``root`` with the image's own environment (its PATH first)."""
+    def _chroot(self, root: Path, script: str, image_env: Sequence[str] = (), capture: bool = False) -> str:
+        """Run ``script`` in ``root`` with the image's own environment (its PATH first); its
+        output when ``capture``d (else it goes to the log)."""
         env = {"PATH": PATH, "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8", "HOME": "/root"}
         env.update(e.partition("=")[::2] for e in image_env)
-        self._run(["chroot", str(root), "/bin/sh", "-ec", script], env=env)
+        argv = ["chroot", str(root), "/bin/sh", "-ec", script]
+        if capture:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True)
+            if self._log is not None:
+                self._log.write(f"$ {script}\n{done.stdout}{done.stderr}")
+            if done.returncode != 0:
+                raise ImageBuildFailed(f"{script!r} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+            return done.stdout
+        self._run(argv, env=env)
+        return ""
 
     def _apt_install(self, root: Path, packages: Sequence[str]) -> None:
         self._chroot(
@@ -673,16 +714,19 @@ class Builder:
             return [path]
         if name == "goroot":
             return [Path(_run_out(["go", "env", "GOROOT"]).strip())]
-        if name == "etcd-binaries":
-            return self.etcd_tools()
+        if name.startswith("etcd-binaries:"):
+            return self.etcd_tools(name.removeprefix("etcd-binaries:"))
         raise ImageBuildFailed(f"no host source named {name!r}")
 
-    def etcd_tools(self) -> list[Path]:
-        """etcd (the bootstrap's ``etcd`` component) plus etcdctl and etcdutl at the same version,
-        built from their Go modules into ``etcd-tools-<version>/``."""
-        if not self.etcd.is_file():
-            raise ImageBuildFailed(f"etcd binary missing at {self.etcd}: run `tools/bootstrap etcd` first")
-        out = self.cache / f"etcd-tools-{self.etcd_version}"
+    def etcd_tools(self, version: str) -> list[Path]:
+        """etcd at ``version`` (the bootstrap's ``etcd`` or ``etcd-next`` component) plus etcdctl
+        and etcdutl at the same version, built from their Go modules into ``etcd-tools-<version>/``."""
+        etcd = self.tools / f"etcd-{version}" / "etcd"
+        if not etcd.is_file():
+            raise ImageBuildFailed(
+                f"etcd {version} missing at {etcd}: run `tools/bootstrap etcd etcd-next` first"
+            )
+        out = self.cache / f"etcd-tools-{version}"
         if not (out / ".complete").is_file():
             shutil.rmtree(out, ignore_errors=True)
             w = self.cache / "tmp" / "etcd-tools-build"
@@ -690,8 +734,8 @@ class Builder:
             w.mkdir(parents=True)
             (w / "go.mod").write_text(
                 "module helm-operator.local/etcd-tools-build\n\ngo 1.26.0\n\n"
-                f"require (\n\tgo.etcd.io/etcd/etcdctl/v3 {self.etcd_version}\n"
-                f"\tgo.etcd.io/etcd/etcdutl/v3 {self.etcd_version}\n)\n"
+                f"require (\n\tgo.etcd.io/etcd/etcdctl/v3 {version}\n"
+                f"\tgo.etcd.io/etcd/etcdutl/v3 {version}\n)\n"
             )
             env = {
                 **os.environ,
@@ -716,7 +760,7 @@ class Builder:
                 )
             shutil.rmtree(w)
             (out / ".complete").touch()
-        return [self.etcd, out / "etcdctl", out / "etcdutl"]
+        return [etcd, out / "etcdctl", out / "etcdutl"]
 
     # -- the operator's image, from the Dockerfile
 
@@ -811,14 +855,17 @@ PROGRAMS = {
 
 def _builder(progress: Callable[[str], None]) -> Builder:
     tools = tools_dir()
-    version = _pinned_versions().get("ETCD", "")
     cache = tools / "images"
     logs = tools / "logs"
     cache.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
-    return Builder(
-        cache, logs, progress=progress, etcd_version=version, etcd=tools / f"etcd-{version}" / "etcd"
-    )
+    return Builder(cache, logs, progress=progress, etcd_versions=etcd_versions(), tools=tools)
+
+
+def etcd_versions() -> tuple[str, ...]:
+    """The pinned etcd versions with an image: the control plane's and the next one up."""
+    pins = _pinned_versions()
+    return tuple(pins[k] for k in ("ETCD", "ETCD_NEXT") if pins.get(k))
 
 
 def _check_prerequisites(kinds: Iterable[str]) -> None:
@@ -845,7 +892,7 @@ def _locked(cache: Path) -> Iterator[None]:
 
 def default_refs() -> list[str]:
     """Every image a real node's Pods use (the Dockerfile's bases are built only for the operator)."""
-    return [PAUSE, DEBIAN, POSTGRES, etcd_ref(_pinned_versions().get("ETCD", "")), OPERATOR]
+    return [PAUSE, DEBIAN, POSTGRES, *(etcd_ref(v) for v in etcd_versions()), OPERATOR]
 
 
 def archives(

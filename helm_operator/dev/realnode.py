@@ -141,7 +141,7 @@ class RealNode:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(
-        self, images: Callable[[], Iterable[Path]], timeout: float = 120.0, lock_wait: float = 0.0
+        self, images: Callable[[], Iterable[Path]], timeout: float = 300.0, lock_wait: float = 0.0
     ) -> None:
         """Join the cluster with the image archives ``images()`` returns (asked once this machine's
         node is ours: a rebuild meanwhile replaces them); with ``lock_wait``, first wait that long
@@ -159,7 +159,9 @@ class RealNode:
         (self.paths.root / STATE_FILE).write_text(json.dumps(state))
         try:
             # The timeout is the node's own start: a rebuild of an image whose inputs changed (the
-            # operator's, after any code change: about two minutes here) must not use it up.
+            # operator's, after any code change: about two minutes here) must not use it up. Its
+            # importing every image into containerd and the kubelet's registering may take minutes
+            # beside two other control planes and their tests on 2 cores (120 s was once too few).
             archives = list(images())
             started = time.monotonic()
             self._network_up()

@@ -37,7 +37,7 @@ def _pinned_versions() -> dict[str, str]:
     """Read the pins from the bootstrap script: one source of truth for versions."""
     pins: dict[str, str] = {}
     if BOOTSTRAP.exists():
-        for m in re.finditer(r"^([A-Z0-9]+)_VERSION=(\S+)$", BOOTSTRAP.read_text(), re.M):
+        for m in re.finditer(r"^([A-Z0-9_]+)_VERSION=(\S+)$", BOOTSTRAP.read_text(), re.M):
             pins[m.group(1)] = m.group(2)
     return pins
 

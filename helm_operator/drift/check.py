@@ -76,7 +76,7 @@ class DriftReport:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where available: 10x faster
 _Revision = tuple[str, str, int]  # (namespace, release, revision)
 _PARSED: OrderedDict[_Revision, list[dict[str, Any]]] = OrderedDict()
-_PARSED_MAX = 512  # whole objects: a few KiB each
+_PARSED_MAX = 512  # whole objects: ~10 KiB a release; one revision each (its newest parsed)
 _IDS: OrderedDict[_Revision, tuple[ObjectId, ...]] = OrderedDict()
 _IDS_MAX = 8192  # four strings an object: one per release of a large operator
 
@@ -99,9 +99,11 @@ def _parsed(release: StoredRelease) -> list[dict[str, Any]]:
         objects = [d for d in docs if isinstance(d, dict) and d.get("kind")]
         return [with_helm_ownership(d, release.name, release.namespace) for d in objects]
 
-    parsed: list[dict[str, Any]] = _cached(
-        _PARSED, (release.namespace, release.name, release.revision), _PARSED_MAX, parse
-    )
+    key = (release.namespace, release.name, release.revision)
+    if key not in _PARSED:  # a newer revision: the older ones are never compared with again
+        for stale in [k for k in _PARSED if k[:2] == key[:2] and k[2] < key[2]]:
+            del _PARSED[stale]
+    parsed: list[dict[str, Any]] = _cached(_PARSED, key, _PARSED_MAX, parse)
     return parsed
 
 

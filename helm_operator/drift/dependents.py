@@ -136,9 +136,11 @@ class KindWatch:
         notify: Notify,
         ours: frozenset[str] = frozenset({HELM_FIELD_MANAGER}),
         selector: str = SELECTOR,
+        cluster_selector: str | None = None,
     ) -> None:
         self.kube, self.kind, self.notify, self.ours = kube, kind, notify, ours
         self.selector = selector
+        self.cluster_selector = selector if cluster_selector is None else cluster_selector
         self.cache: dict[tuple[str, str], Seen] = {}  # (namespace, name) -> what was seen last
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"watch-{kind[1]}", daemon=True)
@@ -146,6 +148,7 @@ class KindWatch:
         self.failures, self.failing_since = 0, 0.0  # consecutive failed attempts (API server away)
         self.synced = threading.Event()  # the first listing is in the cache
         self.live = False  # listed and connected since: no change of these objects goes unseen
+        self.watch_seconds = WATCH_SECONDS  # each watch call's length: how soon ``_stale`` is asked
 
     def _run(self) -> None:
         while not self.stopped.is_set():
@@ -154,6 +157,8 @@ class KindWatch:
             except ApiException as exc:
                 self.live = False
                 if exc.status == 410:  # Gone: the resourceVersion expired, list again at once
+                    continue
+                if exc.status == 414 and self._too_long():
                     continue
                 self._failed(f"{exc.status} {exc.reason}")
             except Exception as exc:  # connection refused, reset, timed out: the API server is away
@@ -181,12 +186,30 @@ class KindWatch:
             )
         self.failures = 0
 
+    def _target(self) -> None:
+        """Before each listing: a subclass whose selector changes sets it here."""
+
+    def _stale(self) -> bool:
+        """Whether the selector listed last is out of date: the watch ends and lists again."""
+        return False
+
+    def _too_long(self) -> bool:
+        """The request was refused as too long (414): True if a subclass shortened its selector
+        and the listing is to be tried again at once."""
+        return False
+
     def _list_and_watch(self) -> None:
+        self._target()
         res = self.kube.resource(*self.kind)
+        if not getattr(res, "namespaced", True):  # no controller to be sharded by: see DependentWatches
+            self.selector = self.cluster_selector
         fresh, rv = self._list(res)
         self._recovered()
         self._listed(fresh)
         w = k8s_watch.Watch()
+        # At least one watch call after each listing, then a look at ``_stale``: a held set that
+        # changes while resources keep arriving is named by the next listing, one per call at
+        # most, not by a listing after every hold.
         while not self.stopped.is_set():
             # Called as DynamicClient.watch does, plus a read timeout: a connection that died
             # without a word would otherwise leave the watch waiting (and "live") for ever.
@@ -194,7 +217,7 @@ class KindWatch:
                 res.get,
                 label_selector=self.selector,
                 resource_version=rv,
-                timeout_seconds=WATCH_SECONDS,
+                timeout_seconds=self.watch_seconds,
                 allow_watch_bookmarks=True,
                 serialize=False,
                 _request_timeout=(10, READ_TIMEOUT),
@@ -209,6 +232,8 @@ class KindWatch:
                         raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
                     continue
                 self._handle(event["type"], obj)
+            if self._stale():
+                return
 
     def _list(self, res: Any) -> tuple[dict[tuple[str, str], Any], str]:
         """What the watch keeps of every object (``_entry``), and the listing's resourceVersion.
@@ -256,7 +281,11 @@ class KindWatch:
         if etype == "DELETED":
             gone = self.cache.pop(key, None)
             DEPENDENT_CACHE.labels(kind=self.label).set(len(self.cache))
-            owner = (meta.get("labels") or {}).get(OWNER_LABEL) or (gone.owner if gone else None)
+            labels = meta.get("labels") or {}
+            _, _, shard_terms = self.selector.partition(",")  # what follows the owner label's term
+            if shard_terms and not sharding.holds(shard_terms, labels):
+                return  # relabelled into another shard (the sharder moved it), not deleted
+            owner = labels.get(OWNER_LABEL) or (gone.owner if gone else None)
             if owner:
                 self._notify(owner, "changed")
             return
@@ -287,10 +316,20 @@ class DependentWatches:
     """Reference-counted watches: owner -> kinds its release uses, and how many owners use each kind
     (every check of a release says which kinds it uses: that must not cost a pass over them all)."""
 
-    def __init__(self, kube: Kube, notify: Notify, ours: Iterable[str] = (), shard: Shard = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        notify: Notify,
+        ours: Iterable[str] = (),
+        shard: Shard = None,
+        ring: sharding.Ring | None = None,
+    ) -> None:
         self.kube = kube
         self.notify = notify
-        self.selector = sharding.selector(SELECTOR, shard)  # a shard's instance: only its objects
+        self.selector = sharding.selector(SELECTOR, shard, ring)  # a shard's instance: only its objects
+        # A ring's sharder places only what a resource controls (namespaced, in its namespace):
+        # cluster-scoped objects carry no ring label and are watched by every instance.
+        self.cluster_selector = sharding.selector(SELECTOR, shard)
         self.ours = frozenset({HELM_FIELD_MANAGER, *ours})  # field managers of Helm's writes
         self._uses: dict[str, frozenset[Kind]] = {}
         self._users: dict[Kind, int] = {}  # kind -> owners whose release uses it
@@ -315,7 +354,9 @@ class DependentWatches:
             users = self._users[kind] = self._users.get(kind, 0) + step
             if users and kind not in self._watches:
                 log.info("watching %s %s (labelSelector=%s)", kind[0], kind[1], self.selector)
-                self._watches[kind] = KindWatch(self.kube, kind, self.notify, self.ours, self.selector)
+                self._watches[kind] = KindWatch(
+                    self.kube, kind, self.notify, self.ours, self.selector, self.cluster_selector
+                )
                 self._watches[kind].start()
             elif not users:
                 del self._users[kind]

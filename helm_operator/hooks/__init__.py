@@ -15,11 +15,12 @@ The built-ins do the work a policy asks for: ``backup.take_and_prune`` (its clea
 ``backup.remove_files``) and ``backup.restore_before_install`` (Jobs built from
 ``jobs.command``/``jobs.shell`` with a constant ``Script``), ``failover.keep_primary`` and
 ``failover.switchover``, ``verify.verify_latest`` (the newest backup restored into a throw-away
-``verify.instance`` and checked); ``shapes`` checks the spec strings that reach a Job. See README.md,
+``verify.instance`` and checked), ``rolling.roll`` (a StatefulSet's members restarted one at a time,
+each healthy before the next); ``shapes`` checks the spec strings that reach a Job. See README.md,
 "Day-2 hooks", for every hook kind, the context and ``status.day2``.
 """
 
-from helm_operator.hooks.builtin import backup, failover, jobs, shapes, verify
+from helm_operator.hooks.builtin import backup, failover, jobs, rolling, shapes, verify
 from helm_operator.hooks.builtin.backup import Claim
 from helm_operator.hooks.builtin.jobs import Container, Script, SecretKey
 from helm_operator.hooks.builtin.retention import Retention, parse_age, parse_count
@@ -51,6 +52,7 @@ __all__ = [
     "parse_age",
     "parse_count",
     "parse_time",
+    "rolling",
     "run_name",
     "shapes",
     "verify",

@@ -7,9 +7,11 @@ against the real API server in the operator and against recorded fakes in the te
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -209,6 +211,21 @@ class Context:
     changed: Mapping[str, Any] | None = None  # a watch hook: the object that changed (None: a resync)
     deadline: float | None = None  # loop time when the hook will be cancelled
     extra: dict[str, Any] = field(default_factory=dict)
+    # A stage hook's way to keep the resource's other hooks out (see ``alone``); None where the
+    # hook already runs alone (schedules, actions, watch hooks).
+    exclusive: Callable[[], AbstractAsyncContextManager[None]] | None = None
+
+    @contextlib.asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        """No other hook of the resource runs meanwhile, not even a watch hook that runs beside
+        Helm: for a stage hook that changes what such a hook decides on (a roll moving the
+        primary while the failover hook watches the Pods). Schedules, actions and watch hooks
+        already run alone; for them this changes nothing."""
+        if self.exclusive is None:
+            yield
+            return
+        async with self.exclusive():
+            yield
 
     @property
     def name(self) -> str:

@@ -13,13 +13,17 @@ server then refuses the request with it, and never stores or returns an unconver
 from __future__ import annotations
 
 import copy
+import json
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import permutations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from helm_operator.hooks.registry import Converter
+from helm_operator.hooks.registry import Converter, Hooks
+
+if TYPE_CHECKING:
+    from helm_operator.config.watches import Watch
 
 CONVERTIBLE_METADATA = ("labels", "annotations")
 
@@ -36,6 +40,16 @@ class Kind:
     kind: str
     hub: str
     converters: Mapping[tuple[str, str], Converter]
+
+
+def kinds(watches: Sequence[Watch], hooks: Mapping[str, Hooks]) -> dict[tuple[str, str], Kind]:
+    """The watched kinds whose hook modules declare converters, the watch's version their hub:
+    what the webhook converts and ``diff`` converts manifests with."""
+    return {
+        (w.group, w.kind): Kind(w.group, w.kind, w.version, dict(hooks[w.key].converters))
+        for w in watches
+        if w.key in hooks and hooks[w.key].converters
+    }
 
 
 def way(kind: Kind, source: str, target: str) -> list[tuple[str, str]] | None:
@@ -55,9 +69,26 @@ def missing(kind: Kind, served: Sequence[str]) -> list[tuple[str, str]]:
     return [(a, b) for a, b in permutations(served, 2) if way(kind, a, b) is None]
 
 
+def differing(versions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The served versions of a CRD whose schemas differ (empty: one version, or all the same
+    schema, where the API server's relabelling loses nothing). A CRD like that needs converters:
+    without them the API server hands a v1 object to a v2 reader with its v1 fields pruned."""
+    served = [v for v in versions if v.get("served")]
+    schemas = {json.dumps(v.get("schema") or {}, sort_keys=True) for v in served}
+    return [str(v["name"]) for v in served] if len(schemas) > 1 else []
+
+
 def _name(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+
+def _where(fn: Converter, exc: BaseException) -> str:
+    """``file:line`` in the converter's own module where it failed (not in a library it called)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    code = getattr(fn, "__code__", None)
+    own = [f for f in frames if code is not None and f.filename == code.co_filename] or frames[-1:]
+    return f"{own[-1].filename.rsplit('/', 1)[-1]}:{own[-1].lineno}"
 
 
 def convert(kind: Kind, obj: Mapping[str, Any], target: str) -> dict[str, Any]:
@@ -76,16 +107,17 @@ def convert(kind: Kind, obj: Mapping[str, Any], target: str) -> dict[str, Any]:
         try:
             result = fn(copy.deepcopy(out))
         except Exception as exc:
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+            where = _where(fn, exc)
             raise ConversionError(
                 f"{kind.kind} {_name(obj)}: converter {a} -> {b} ({fn.__name__}, {where}) failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
         if not isinstance(result, Mapping):
+            code = getattr(fn, "__code__", None)
+            at = f", {code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code else ""
             raise ConversionError(
-                f"{kind.kind} {_name(obj)}: converter {a} -> {b} ({fn.__name__}) returned "
-                f"{type(result).__name__}, not the object"
+                f"{kind.kind} {_name(obj)}: converter {a} -> {b} ({fn.__name__}{at}) returned "
+                f"{type(result).__name__}, not the object (return the converted object)"
             )
         out = dict(result)
         out["apiVersion"] = f"{kind.group}/{b}" if kind.group else b

@@ -45,6 +45,7 @@ class Day2:
         concurrency: Concurrency,
         pause: Callable[[str, str | None], None] = lambda owner, why: None,
         client: Any = None,
+        sharded: bool = False,
     ) -> None:
         self.shared = Shared(hooks, kube, reporter, concurrency, client or AsyncKube(kube), pause)
         self.tasks = Tasks(concurrency)
@@ -52,7 +53,7 @@ class Day2:
         self.specs = Specs(self.shared)
         self.schedules = Schedules(self.shared, self.tasks)
         self.actions = Actions(self.shared, self.tasks)
-        self.watches = WatchHooks(self.shared, self.tasks)
+        self.watches = WatchHooks(self.shared, self.tasks, by_owner=sharded)  # a shard: its owners' objects
 
     @property
     def health(self) -> Health:
@@ -81,6 +82,10 @@ class Day2:
         release: StoredRelease | None,
     ) -> HookResult:
         return await self.stages.around(when, stage, watch, body, values, release)
+
+    def after_due(self, watch: Watch, body: Mapping[str, Any]) -> tuple[Stage, float] | None:
+        """The stage whose ``after`` hooks asked to run again, and the seconds until they may."""
+        return self.stages.after_due(watch, body)
 
     async def before_uninstall(
         self, watch: Watch, body: Mapping[str, Any], release: StoredRelease | None
@@ -123,6 +128,7 @@ class Day2:
         self.watches.forget(owner)
         self.schedules.forget(owner)
         self.health.forget(owner)
+        self.stages.forget(owner)
         self.tasks.forget(owner)
 
     def drain(self) -> None:

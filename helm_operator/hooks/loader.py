@@ -120,8 +120,8 @@ def check(module: ModuleType, hooks: Hooks) -> None:
             seen[key] = where
 
 
-def load(spec: str, base: Path) -> Hooks:
-    module = _import(spec, base)
+def load(spec: str, base: Path | str) -> Hooks:
+    module = _import(spec, Path(base))
     found = [v for v in vars(module).values() if isinstance(v, Hooks)]
     origin = getattr(module, "__file__", spec)
     if not found:

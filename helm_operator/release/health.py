@@ -61,7 +61,14 @@ def why_unready(obj: Mapping[str, Any]) -> str | None:
         ready = _int(status.get("readyReplicas"))
         if ready < want:
             return f"{ready}/{want} replicas ready"
-        if status.get("updateRevision") and status.get("currentRevision") != status.get("updateRevision"):
+        # OnDelete: the controller restarts nobody (currentRevision never moves); who does (a
+        # hook, a person) decides which members must run the new template, as kstatus reads it.
+        on_delete = (spec.get("updateStrategy") or {}).get("type") == "OnDelete"
+        if (
+            not on_delete
+            and status.get("updateRevision")
+            and status.get("currentRevision") != status.get("updateRevision")
+        ):
             return "rolling out a new revision"
     elif kind == "DaemonSet":
         want = _int(status.get("desiredNumberScheduled"))

@@ -28,6 +28,7 @@ from typing import Any, cast
 import kopf
 import prometheus_client
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.apisession import bounded_session
 from helm_operator.adapters.discovery import Discovery
@@ -55,10 +56,10 @@ from helm_operator.hooks import conversion
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
-from helm_operator.runtime import rollouts
+from helm_operator.runtime import allocator, rollouts
 from helm_operator.runtime.fence import Fence, FencedApiClient
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
-from helm_operator.runtime.kopf_discovery import notice_what_appears_while_listing
+from helm_operator.runtime.kopf_discovery import adapt_kopf_observation
 from helm_operator.runtime.leader import LeaderSettings, Leadership
 from helm_operator.runtime.probes import Probes, serve
 from helm_operator.runtime.reconcile import finalize
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 
 CRD_WAIT_LOG_EVERY = 5.0
 KUBE_THREADS = 64  # threads for blocking API calls (idle ones cost no CPU)
+TRIM_EVERY = 30.0  # seconds between returns of freed heap to the kernel
 _WORKDIR_PREFIX = "helm-operator-"
 
 
@@ -177,12 +179,17 @@ class App:
         self.reporter = Reporter(self.kube)
         # Helm 4 writes as field manager "helm"; Helm 3 as its executable's name.
         self.dependents = DependentWatches(
-            self.kube, notify=self._dependent_changed, ours={Path(settings.helm).name}, shard=settings.shard
+            self.kube,
+            notify=self._dependent_changed,
+            ours={Path(settings.helm).name},
+            shard=settings.shard,
+            ring=settings.ring,
         )
         # Namespace patterns that are plain names can be listed and watched one by one.
         self._globbed = any(c in n for n in settings.namespaces for c in "*?[!")
         namespaces = [] if self._globbed else list(settings.namespaces)
-        self.releases = ReleaseIndex(self.kube.api, namespaces, shard=settings.shard)
+        by_release = settings.ring is not None  # a ring's label never reaches Helm's Secrets
+        self.releases = ReleaseIndex(self.kube.api, namespaces, shard=settings.shard, by_release=by_release)
         self.checker = DriftChecker(
             self.kube, self.reporter, dependents=self.dependents, releases=self.releases
         )
@@ -190,7 +197,9 @@ class App:
         day2 = None
         hooked = {k: h for k, h in settings.hooks.items() if h.hooks}  # converters alone are no day-2
         if hooked:
-            day2 = Day2(hooked, self.kube, self.reporter, concurrency, pause=self.checker.pause)
+            sharded = settings.shard is not None or settings.ring is not None
+            pause = self.checker.pause
+            day2 = Day2(hooked, self.kube, self.reporter, concurrency, pause=pause, sharded=sharded)
         self.runtime = Runtime(
             helm=self.helm,
             kube=self.kube,
@@ -253,18 +262,9 @@ class App:
                 time.sleep(1.0)
         return [next(r for r in resolved if r.key == w.key) for w in self.settings.watches]
 
-    def _conversion_kinds(self) -> dict[tuple[str, str], conversion.Kind]:
-        """The kinds whose hook module declares converters; the watch's version is their hub."""
-        out = {}
-        for w in self.settings.watches:
-            hooks = self.settings.hooks.get(w.key)
-            if hooks is not None and hooks.converters:
-                out[(w.group, w.kind)] = conversion.Kind(w.group, w.kind, w.version, dict(hooks.converters))
-        return out
-
     def _start_webhook(self) -> None:
         """Every replica serves conversions, before it waits for a lease."""
-        kinds = self._conversion_kinds()
+        kinds = conversion.kinds(self.settings.watches, self.settings.hooks)
         if not kinds:
             return
         if self.settings.conversion is None:
@@ -276,7 +276,10 @@ class App:
 
     def _check_conversions(self, watches: Sequence[Watch]) -> None:
         """Each converted kind's served versions all have a way between them (else exit 2, naming
-        the pairs); its CRD then converts through the webhook."""
+        the pairs); its CRD then converts through the webhook. A kind whose CRD serves versions of
+        different schemas without any converter is refused too (its objects would be read with
+        their fields pruned and their releases upgraded from what is left)."""
+        self._refuse_unconverted(watches)
         if self.webhook is None:
             return
         for w in watches:
@@ -300,6 +303,34 @@ class App:
             threading.Thread(
                 target=self.webhook.watch_reachability, name="conversion-check", daemon=True
             ).start()
+
+    def _refuse_unconverted(self, watches: Sequence[Watch]) -> None:
+        kinds = self.webhook.kinds if self.webhook is not None else {}
+        apiext = client.ApiextensionsV1Api(client.ApiClient(self.kube_config))
+        for w in watches:
+            if (w.group, w.kind) in kinds:
+                continue
+            crd = f"{w.served_plural}.{w.group}"
+            try:
+                found = apiext.api_client.sanitize_for_serialization(
+                    apiext.read_custom_resource_definition(crd)
+                )
+            except ApiException as exc:
+                if exc.status != 404:  # a missing CRD is reported where the watch starts
+                    log.warning("could not read CRD %s to check its versions: %s", crd, exc.reason)
+                continue
+            spec = found.get("spec") or {}
+            if (spec.get("conversion") or {}).get("strategy", "None") != "None":
+                continue  # converted by a webhook of its own
+            versions = conversion.differing(spec.get("versions") or [])
+            if versions:
+                raise WatchesError(
+                    w.source,
+                    f"CRD {crd} serves {', '.join(versions)} with different schemas and no converter: "
+                    f"declare @hooks.convert both ways between {w.version} and each other version in "
+                    "a hook module (the watch's hooks: field), or serve one version",
+                    fieldname="hooks",
+                )
 
     def _refuse_rollouts_in_a_ring(self) -> None:
         """One driver per fleet: not a ring's every replica (refused before any Lease is taken)."""
@@ -352,7 +383,10 @@ class App:
             self.releases.start()
             loops = [
                 self._heartbeat(),
-                sweep_terminating(runtime, watches, self.settings.namespaces, drift, self.resyncs),
+                self._trimming(),
+                sweep_terminating(
+                    runtime, watches, self.settings.namespaces, drift, self.resyncs, self.states
+                ),
                 self.resyncs.run(),
             ]
             if any(w.rollout is not None for w in watches):
@@ -408,6 +442,14 @@ class App:
         while True:
             self.probes.beat()
             await asyncio.sleep(1.0)
+
+    @staticmethod
+    async def _trimming() -> None:
+        """Freed heap back to the kernel now and then: a wave's parsed bodies are garbage a
+        second later, and glibc keeps their pages otherwise."""
+        while True:
+            await asyncio.sleep(TRIM_EVERY)
+            await asyncio.to_thread(allocator.trim)
 
     def _first_listing(self, watches: Sequence[Watch]) -> list[str]:
         """Every custom resource the operator will handle on start (selector and namespaces applied)."""
@@ -496,7 +538,7 @@ class App:
             LEADER.set(1)
             self.probes.lead()
             self._wire(watches)
-            notice_what_appears_while_listing()
+            adapt_kopf_observation()
             # No `helm version` here: a restart must not start a single helm process when nothing changed.
             names = ", ".join(self.settings.namespaces) or "all"
             ring = self.settings.ring

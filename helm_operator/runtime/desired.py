@@ -152,9 +152,11 @@ def prepare(
             f"{RELEASE_RECORD_MAX // 1024} KiB per revision; make the spec smaller"
         )
         return Outcome("stalled", Reason.RELEASE_TOO_LARGE, msg, digest=want, permanent=True)
-    owner_ref = None
+    owner_ref: dict[str, Any] | None = None
     if cr.uid:
         owner_ref = {"apiVersion": watch.api_version, "kind": watch.kind, "name": cr.name, "uid": cr.uid}
+        if watch.ring is not None:  # the sharder assigns what a resource controls to its shard
+            owner_ref["controller"] = True
     context = context_of(watch, tenant, cr.annotations)
     fleet = fleet_digest(chart.name, chart.version, chart.content_digest, watch.override_values)
     return Target(watch, cr.ident, want, values, chart_ref, owner_ref, tenant, context, fleet)

@@ -20,6 +20,7 @@ returns to a caller that would write about the refusal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -27,7 +28,7 @@ import sys
 import threading
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from kubernetes import client
 
@@ -41,10 +42,15 @@ WATCH_INTERVAL = 0.1  # seconds between the watcher's checks (a paused process c
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def exit_now() -> None:
-    """End the process at once: no cleanup that could act, the Pod restarts it as a standby."""
+def exit_now(code: int = 1) -> NoReturn:
+    """End the process at once, its log lines and output written out: no cleanup that could act
+    (a lapsed lease: the Pod restarts it as a standby), and no interpreter finalization, where a
+    daemon thread holding stderr's lock makes CPython abort (SIGABRT after a clean stop)."""
     logging.shutdown()
-    os._exit(1)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _kill_own_processes() -> int:

@@ -160,6 +160,32 @@ async def _api_errors_as_retries(retry: int = 0) -> AsyncIterator[None]:
         ) from None
 
 
+def forget(
+    rt: Runtime,
+    watch: Watch,
+    states: ReleaseStates,
+    drift: DriftScheduler,
+    resyncs: Resyncs,
+    namespace: str | None,
+    name: str,
+) -> None:
+    """Drop everything this process keeps about a deleted resource: its state, its release in
+    the index (a ring shard's named watch lets it go), drift tracking, resync, and day-2 schedules
+    and watches. Both kopf's delete handler and the terminating-namespace sweep end with it."""
+    ident = identify(watch, namespace, name)
+    key = ident.key
+    if rt.releases is not None:
+        rt.releases.drop(ident.namespace, ident.name)
+    states.forget(watch.key, key)
+    UPGRADES_AVAILABLE.set(watch.key, key, False)
+    drift.forget(watch, namespace, name)
+    resyncs.forget(resource_key(watch, namespace, name))
+    rt.settled.pop(key, None)
+    rt.dependents.forget(Ref(watch.api_version, watch.kind, namespace, name))
+    if rt.day2 is not None:
+        rt.day2.forget(watch, namespace, name)
+
+
 @dataclass(frozen=True)
 class Handlers:
     """The handlers of one watched kind, registered from the table in ``register``."""
@@ -214,6 +240,7 @@ class Handlers:
         still in flight, so no action of this shard overlaps the next shard's)."""
         ring = self.watch.ring
         assert ring is not None
+        await self.resyncs.settle(resource_key(self.watch, meta.namespace, meta.name))
         self._forget(meta.namespace, meta.name)
         ref = ObjectRef(self.watch.api_version, self.watch.kind, meta.name, meta.namespace)
         keys = (ring.drain_label, ring.shard_label)
@@ -232,7 +259,7 @@ class Handlers:
         watch = self.watch
         cr = self._resource(spec, status, meta)
         key, period = resource_key(watch, meta.namespace, meta.name), watch.reconcile_period
-        self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}), period)  # also if this fails
+        self.resyncs.seen(key, self, cr, period)  # also if this fails
         started = time.monotonic()
         done = await turn(self.runtime, cr, lambda: self.drift.track(watch, meta.namespace, meta.name))
         outcome = done.result.outcome
@@ -242,16 +269,16 @@ class Handlers:
         wake = done.result.wake_after  # e.g. a change waits for a window: look again when it opens
         if wake is not None:
             period = min(period, wake) if period > 0 else wake
-        self.resyncs.seen(key, self, dataclasses.replace(cr, spec={}, status=done.status), period)
+        self.resyncs.seen(key, self, dataclasses.replace(cr, status=done.status), period)
         # Together, so that a scrape never sees one without the other.
         RECONCILES.labels(watch=watch.key, action=outcome.action or "none", result=outcome.phase).inc()
         RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)
         if done.result.retry_after is not None and outcome.phase != "ready":
             raise kopf.TemporaryError(outcome.message[:200], delay=done.result.retry_after)
 
-    async def from_memory(self, cr: Resource) -> bool:
+    async def from_memory(self, cr: Resource, status: str) -> bool:
         started = time.monotonic()
-        if not await unchanged(self.runtime, cr):
+        if not await unchanged(self.runtime, cr, status):
             return False
         RESYNCS.labels(watch=self.watch.key, decided="memory").inc()
         RECONCILES.labels(watch=self.watch.key, action="none", result="ready").inc()
@@ -270,12 +297,15 @@ class Handlers:
                 ref = ObjectRef(self.watch.api_version, self.watch.kind, cr.name, cr.namespace)
                 fresh = await asyncio.to_thread(self.runtime.kube.get_custom, ref, self.watch.served_plural)
                 key = resource_key(self.watch, cr.namespace, cr.name)
-                if fresh is None or fresh["metadata"].get("uid") != cr.uid:
-                    self.resyncs.forget(key)  # gone (a namesake is a new resource: kopf reports it)
+                if fresh is None:
+                    self._forget(cr.namespace, cr.name)  # gone: nothing kept for it
+                    return
+                if fresh["metadata"].get("uid") != cr.uid:
+                    self.resyncs.forget(key)  # a namesake is a new resource: kopf reports it
                     return
                 labels = fresh["metadata"].get("labels") or {}
                 if self.watch.selector and not selector_matches(self.watch.selector, labels):
-                    self.resyncs.forget(key)
+                    self._forget(cr.namespace, cr.name)  # another instance's now
                     return
                 if fresh["metadata"].get("deletionTimestamp"):
                     return
@@ -286,10 +316,15 @@ class Handlers:
                 await self._change(body.spec, body.status, body.meta)
 
     async def delete(self, meta: kopf.Meta, retry: int = 0, **_: Any) -> None:
+        key = resource_key(self.watch, meta.namespace, meta.name)
         with self._handling(meta.namespace, meta.name):
-            self.resyncs.forget(resource_key(self.watch, meta.namespace, meta.name))
-            async with _api_errors_as_retries(retry):
-                await self._delete(meta)
+            self.resyncs.forget(key)
+            self.runtime.deleting.add(key)
+            try:
+                async with _api_errors_as_retries(retry):
+                    await self._delete(meta)
+            finally:
+                self.runtime.deleting.discard(key)
 
     async def _delete(self, meta: kopf.Meta) -> None:
         rt, watch, ref = self.runtime, self.watch, self._ref(meta)
@@ -320,18 +355,7 @@ class Handlers:
         await rt.reporter.events(ref, [*events, Event.normal(Reason.UNINSTALLED, message)])
 
     def _forget(self, namespace: str | None, name: str) -> None:
-        """Drop everything this process keeps about the resource: its state, drift tracking,
-        resync, and day-2 schedules and watches."""
-        rt, watch = self.runtime, self.watch
-        key = identify(watch, namespace, name).key
-        self.states.forget(watch.key, key)
-        UPGRADES_AVAILABLE.set(watch.key, key, False)
-        self.drift.forget(watch, namespace, name)
-        self.resyncs.forget(resource_key(watch, namespace, name))
-        rt.settled.pop(key, None)
-        rt.dependents.forget(Ref(watch.api_version, watch.kind, namespace, name))
-        if rt.day2 is not None:
-            rt.day2.forget(watch, namespace, name)
+        forget(self.runtime, self.watch, self.states, self.drift, self.resyncs, namespace, name)
 
     async def left(self, type: str, meta: kopf.Meta, **_: Any) -> None:
         """The API server ends a watch's view of a resource with DELETED both when it is gone and
@@ -347,6 +371,7 @@ class Handlers:
                 meta.namespace or "",
                 meta.name,
             )
+        await self.resyncs.settle(resource_key(self.watch, meta.namespace, meta.name))
         self._forget(meta.namespace, meta.name)
 
     async def _until_changed(self, body: Mapping[str, Any], timeout: float | None) -> None:

@@ -42,15 +42,16 @@ def written(status: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-async def unchanged(rt: Runtime, cr: Resource) -> bool:
-    """Whether a resync of ``cr`` would find nothing to do, decided from memory alone. Watches with
-    day-2 hooks never settle (a value translator may read anything)."""
+async def unchanged(rt: Runtime, cr: Resource, status: str) -> bool:
+    """Whether a resync of ``cr`` would find nothing to do, decided from memory alone (``status``:
+    the digest of its status as last written). Watches with day-2 hooks never settle (a value
+    translator may read anything)."""
     settled = rt.settled.get(cr.ident.key)
     if settled is None or rt.releases is None:
         return False
     if (settled.uid, settled.generation) != (cr.uid, cr.generation):
         return False
-    if time.monotonic() - settled.since > FULL_READ_EVERY or status_digest(cr.status) != settled.status:
+    if time.monotonic() - settled.since > FULL_READ_EVERY or status != settled.status:
         return False
     try:  # the version the resource pins, as its reconcile chose it
         pinned = chart_for(cr.watch, cr.annotations.get(CHART_VERSION_ANNOTATION))

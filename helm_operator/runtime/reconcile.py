@@ -34,6 +34,7 @@ from helm_operator.core.naming import (
     WINDOW_OVERRIDE_ANNOTATION,
     WINDOWS_ANNOTATION,
 )
+from helm_operator.core.values import user_values
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import DriftReport
 from helm_operator.drift.diff import ObjectDrift
@@ -72,6 +73,7 @@ from helm_operator.runtime.services import Runtime, Settled
 log = logging.getLogger(__name__)
 
 DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
+AFTER_HOOKS_LOOK_AGAIN = 1.0  # seconds: after the hooks of a translator's step, look again
 PROGRESS_GRACE = 3.0  # an action still running after this long is announced on the status
 PLAN_RETRY = 30.0  # seconds before a plan that could not be computed is tried again
 
@@ -113,7 +115,12 @@ def _stall(cr: Resource, outcome: Outcome, retry_after: float | None = None) -> 
     return Result(outcome, retry_after=retry_after, events=(Event.warning(outcome.reason, outcome.message),))
 
 
-async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambda: None) -> Result:
+async def reconcile(
+    rt: Runtime,
+    cr: Resource,
+    track: Callable[[], None] = lambda: None,
+    leave_slot: Callable[[], None] = lambda: None,
+) -> Result:
     """Prepare, decide and act for one resource. The caller holds the release's lock and a slot of
     its kind (``Concurrency.release``) from here until the outcome is reported, so a reconcile and
     its report are one turn: nothing else writes the release's conditions in between, and the
@@ -121,7 +128,9 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
     has its live objects compared (``track``: from then on changes of its objects trigger
     checks), and the decision sees what that found. The chart is the version the resource pins
     (or the newest served); a change waits for the resource's maintenance window (unreadable
-    windows of its own are a stall, never a change at any hour)."""
+    windows of its own are a stall, never a change at any hour). ``leave_slot`` gives the kind's
+    slot back before ``after`` hooks run: a roll of a StatefulSet's members may take minutes and
+    needs only its own release's lock."""
     watch = cr.watch
     try:
         windows = windows_of(watch.maintenance, cr.annotations)
@@ -141,7 +150,7 @@ async def reconcile(rt: Runtime, cr: Resource, track: Callable[[], None] = lambd
     except Exception as exc:  # unreadable chart: a configuration problem, not worth retrying fast
         outcome = Outcome("stalled", Reason.CHART_LOAD_FAILED, f"cannot load chart {watch.chart.ref}: {exc}")
         return _stall(cr, outcome, retry_after=watch.reconcile_period)
-    result = await _reconcile(rt, cr, track, windows, chart_ref, chart)
+    result = await _reconcile(rt, cr, track, windows, chart_ref, chart, leave_slot)
     running = result.outcome.release.chart_version if result.outcome.release else None
     staged = None
     if watch.rollout is not None:
@@ -194,6 +203,7 @@ async def _reconcile(
     windows: Maintenance,
     chart_ref: ChartRef,
     chart: ChartInfo,
+    leave_slot: Callable[[], None],
 ) -> Result:
     watch = cr.watch
     key = cr.ident.key
@@ -218,7 +228,10 @@ async def _reconcile(
     attempts = _memory(rt, cr).applies_to(target.context)
     rt.settled.pop(key, None)
     ident, since = target.ident, time.monotonic()
-    fingerprint = rt.releases.fingerprint(ident.namespace, ident.name) if rt.releases else None
+    fingerprint = None
+    if rt.releases:
+        rt.releases.hold(ident.namespace, ident.name)
+        fingerprint = rt.releases.fingerprint(ident.namespace, ident.name)
     release, state, p = await _decide(rt, target, attempts, events)
     found = None
     if state is ReleaseState.IN_SYNC and rt.drift is not None:  # the safety net: every turn compares
@@ -256,6 +269,8 @@ async def _reconcile(
         result = dataclasses.replace(
             _without_action(cr, target, release, state, p, attempts, events), drift=found
         )
+        if hooks is not None and release is not None and state is ReleaseState.IN_SYNC:
+            result = await _after_hooks_again(hooks, cr, target, release, result, leave_slot)
         if result.outcome.phase == "ready" and fingerprint is not None and hooks is None:
             settled = Settled(cr.uid, cr.generation, chart, fingerprint, since)
             return dataclasses.replace(result, settled=settled)
@@ -294,15 +309,59 @@ async def _reconcile(
         ctx = ActionContext(rt.helm, rt.kube, target, release, {}, drift=found, announce=announce)
         outcome = await act(ctx)
         found = dataclasses.replace(found, corrected=True) if found is not None else None
+    after = None
     if hooks is not None and stage is not None and outcome.phase == "ready":
+        leave_slot()
         after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
         hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
             events.append(Event.warning(after.reason, after.message))
     result = _report(rt, key, attempts, outcome, events, target.context, told=p.action.helm)
+    due = hooks.after_due(watch, cr.body) if hooks is not None and after is not None else None
+    if due is not None:  # the after hooks asked to be called again: then, without Helm
+        result = dataclasses.replace(result, wake_after=min(result.wake_after or due[1], due[1]))
+    elif after is not None and result.wake_after is None and _a_step(cr, target.values):
+        # The translators rendered a step on the way to the spec (one etcd member more), which
+        # the after hooks have just completed: look again at once for the next step rather than
+        # at the next resync.
+        result = dataclasses.replace(result, wake_after=AFTER_HOOKS_LOOK_AGAIN)
     return dataclasses.replace(
         result, announced=announced.is_set(), drift=found, gate=allowed, approval=verdict
     )
+
+
+async def _after_hooks_again(
+    hooks: Day2,
+    cr: Resource,
+    target: Target,
+    release: StoredRelease,
+    result: Result,
+    leave_slot: Callable[[], None],
+) -> Result:
+    """The last Helm action's ``after`` hooks once more, when they asked to be called again (a
+    ``TemporaryError``, an unexpected error): Helm's part stays done, and what they had not
+    finished (a roll stopped half-way, a learner not yet promoted) goes on without a revision."""
+    due = hooks.after_due(cr.watch, cr.body)
+    if due is None:
+        return result
+    stage, wait = due
+    if wait > 0:
+        return dataclasses.replace(result, wake_after=min(result.wake_after or wait, wait))
+    leave_slot()
+    after = await hooks.around("after", stage, cr.watch, cr.body, target.values, release)
+    changed = hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
+    events = result.events
+    if not after.ok and changed:  # a hook still asking to wait said so the first time
+        events = (*events, Event.warning(after.reason, after.message))
+    again = hooks.after_due(cr.watch, cr.body)
+    wake = result.wake_after if again is None else min(result.wake_after or again[1], again[1])
+    return dataclasses.replace(result, events=events, wake_after=wake)
+
+
+def _a_step(cr: Resource, values: Mapping[str, Any]) -> bool:
+    """Whether the release was rendered from other values than the spec's own: a translator's
+    step towards them (a translator's constant rewrite is one too; it costs one look from memory)."""
+    return dict(values) != user_values(cr.spec, cr.watch.override_values)
 
 
 async def _awaiting_approval(
@@ -512,7 +571,7 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
     async with rt.concurrency.release(watch.key, cr.ident.key) as slot:
         if rt.day2 is not None:
             rt.day2.watch_early(watch, cr.body)
-        result = await reconcile(rt, cr, track)
+        result = await reconcile(rt, cr, track, slot.leave_slot)
         outcome = result.outcome
         if outcome.phase in ("stalled", "failed") and result.events:  # said once, with its reason first
             log.warning("%s (%s): %s", outcome.phase, outcome.reason, outcome.message[:500])
@@ -838,14 +897,24 @@ async def finalize(
         if rt.releases is not None:
             rt.releases.forget(ident.namespace, ident.name)
         try:
-            await rt.helm.uninstall(ident.name, ident.namespace, timeout=watch.timeout, wait=True)
+            uninstalled = await rt.helm.uninstall(
+                ident.name, ident.namespace, timeout=watch.timeout, wait=True
+            )
         except HelmError as exc:
             raise UninstallFailed(ident.name, exc.message) from None
+        said = f"release {ident.name} uninstalled"
+        if not uninstalled:  # the namespace controller deleted the record after it was read above
+            left = await _delete_orphans(rt, watch, ident)
+            said = f"release {ident.name}: its record went during the uninstall" + (
+                f"; deleted {len(left)} object(s) it left outside its namespace: {', '.join(left)}"
+                if left
+                else ""
+            )
         if hooks is not None and body is not None:
             after = await hooks.around("after", "uninstall", watch, body, {}, None)
             if not after.ok:
                 events.append(Event.warning(after.reason, after.message))
-    return f"release {ident.name} uninstalled", events
+    return said, events
 
 
 async def held(

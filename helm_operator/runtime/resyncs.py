@@ -3,9 +3,10 @@
 A kopf timer is a task per resource that runs kopf's handler machinery (and logs a line) at every
 period, even when the resync is decided from memory and does nothing: at 1000 resources and a
 60 s period that alone kept several percent of a core busy and held a task per resource. The
-sweep keeps, per resource, the resource as last handled (its status as written) and when it is
-due; a due resource is first decided from memory in bulk, and only the others are read and
-reconciled, a bounded number at a time.
+sweep keeps, per resource, what a decision from memory needs of it as last handled (its identity,
+generation, own annotations and a digest of its status as written) and when it is due; a due
+resource is first decided from memory in bulk, and only the others are read and reconciled, a
+bounded number at a time.
 
 What the sweep cannot see between reconciles is a change that kopf does not report as an update:
 the status rewritten by someone else. The full read at least every ``FULL_READ_EVERY`` seconds
@@ -19,12 +20,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import kopf
 
+from helm_operator.core.naming import ANNOTATION_PREFIX
 from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.idle import status_digest
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +38,9 @@ READS = 8  # resyncs that read and reconcile at a time (the rest wait for a late
 class Owner(Protocol):
     """The handlers of a resource's kind, as the sweep uses them."""
 
-    async def from_memory(self, cr: Resource) -> bool:
-        """Whether the resync has nothing to do, decided without a request (and counted so)."""
+    async def from_memory(self, cr: Resource, status: str) -> bool:
+        """Whether the resync has nothing to do, decided without a request (and counted so);
+        ``status``: the digest of the status as last written."""
 
     async def reread(self, cr: Resource, retry: int) -> None:
         """Read the resource and reconcile it; ``kopf.TemporaryError`` asks for an earlier retry."""
@@ -45,10 +49,18 @@ class Owner(Protocol):
 @dataclass
 class Member:
     owner: Owner
-    resource: Resource  # as last handled, with its status as written
+    resource: Resource  # as last handled: no spec, no status, only the operator's own annotations
+    status: str  # digest of its status as written (the status itself is a few KiB a resource)
     period: float
     due: float
     retry: int = 0  # reads in a row that failed
+
+
+def kept(cr: Resource) -> Resource:
+    """What a resync keeps of a handled resource: a spec, a status or another tool's annotation
+    (``kubectl apply``'s copy of the whole object) is read afresh when a resync needs it."""
+    own = {k: v for k, v in cr.annotations.items() if k.startswith(ANNOTATION_PREFIX)}
+    return replace(cr, spec={}, status={}, annotations=own)
 
 
 class Resyncs:
@@ -62,12 +74,13 @@ class Resyncs:
 
     def seen(self, key: str, owner: Owner, cr: Resource, period: float) -> None:
         """``cr`` was just handled: its next resync is a period from now."""
-        due = self.clock() + period
+        due, resource, status = self.clock() + period, kept(cr), status_digest(cr.status)
         member = self.members.get(key)
         if member is None:
-            self.members[key] = Member(owner, cr, period, due)
+            self.members[key] = Member(owner, resource, status, period, due)
         else:
-            member.owner, member.resource, member.period, member.due = owner, cr, period, due
+            member.owner, member.resource, member.status = owner, resource, status
+            member.period, member.due = period, due
 
     @contextlib.contextmanager
     def handled(self, key: str) -> Iterator[None]:
@@ -85,6 +98,14 @@ class Resyncs:
         """No more resyncs (deleted, being deleted, or no longer selected)."""
         self.members.pop(key, None)
 
+    async def settle(self, key: str) -> None:
+        """Until a read of ``key`` in flight has finished, its reconcile included: it runs beside
+        kopf's handlers, and one that lets the resource go (a drain, leaving the selector) must
+        not be followed by a reconcile still acting, and keeping state, for it."""
+        task = self.reading.get(key)
+        if task is not None:
+            await asyncio.wait([task])
+
     def due(self) -> list[tuple[str, Member]]:
         now = self.clock()
         busy = self.reading.keys() | self.handling
@@ -95,7 +116,7 @@ class Resyncs:
         for key, member in self.due():
             if member.period <= 0:
                 continue
-            if await member.owner.from_memory(member.resource):
+            if await member.owner.from_memory(member.resource, member.status):
                 member.due = self.clock() + member.period
             elif len(self.reading) < self.reads:
                 self.reading[key] = asyncio.create_task(self._reread(key, member))

@@ -8,10 +8,11 @@ import logging
 from collections.abc import Sequence
 
 from helm_operator.adapters.kube import ObjectRef
+from helm_operator.adapters.metrics import ReleaseStates
 from helm_operator.config.watches import Watch, selector_query
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
-from helm_operator.runtime.handlers import resource_key
+from helm_operator.runtime.handlers import forget, resource_key
 from helm_operator.runtime.reconcile import UninstallFailed, finalize
 from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.services import Runtime
@@ -34,6 +35,7 @@ async def sweep_terminating(
     patterns: Sequence[str],
     drift: DriftScheduler,
     resyncs: Resyncs,
+    states: ReleaseStates,
 ) -> None:
     """Finish deletions of our resources in terminating namespaces, every few seconds.
 
@@ -46,7 +48,7 @@ async def sweep_terminating(
     failures = 0
     while True:
         try:
-            await _sweep_once(runtime, watches, patterns, drift, resyncs)
+            await _sweep_once(runtime, watches, patterns, drift, resyncs, states)
             failures = 0
         except Exception as exc:  # the API server away, most likely: one line, then back off
             failures += 1
@@ -61,6 +63,7 @@ async def _sweep_once(
     patterns: Sequence[str],
     drift: DriftScheduler,
     resyncs: Resyncs,
+    states: ReleaseStates,
 ) -> None:
     kube = runtime.kube
     for ns in await asyncio.to_thread(kube.terminating_namespaces):
@@ -75,19 +78,44 @@ async def _sweep_once(
             )
             for item in items:
                 meta = item["metadata"]
-                resyncs.forget(resource_key(watch, ns, meta["name"]))
+                key = resource_key(watch, ns, meta["name"])
                 ref = ObjectRef(watch.api_version, watch.kind, meta["name"], ns, meta.get("uid"))
+                if key in runtime.deleting or not await _still_waiting(runtime, watch, ref):
+                    continue  # kopf's delete handler has it, or finished it since the listing
+                runtime.deleting.add(key)
                 try:
-                    # No uninstall hooks: a terminating namespace accepts no new objects (no final
-                    # backup Job could start), and the namespace's deletion must not hang on them.
-                    message, _ = await finalize(runtime, watch, ns, meta["name"])
-                except UninstallFailed as exc:
-                    log.warning("cannot finish deleting %s/%s: %s", ns, meta["name"], exc)
-                    continue
-                drift.forget(watch, ns, meta["name"])
-                if runtime.day2 is not None:
-                    runtime.day2.forget(watch, ns, meta["name"])
-                log.info("%s/%s in terminating namespace: %s", ns, meta["name"], message)
-                await asyncio.to_thread(
-                    kube.drop_finalizer, ref, watch.served_plural, meta["finalizers"], FINALIZER
-                )
+                    await _finish(runtime, watch, ref, resyncs, drift, states)
+                finally:
+                    runtime.deleting.discard(key)
+
+
+async def _still_waiting(runtime: Runtime, watch: Watch, ref: ObjectRef) -> bool:
+    """The same object still waits for our finalizer (the listing may be seconds old)."""
+    fresh = await asyncio.to_thread(runtime.kube.get_custom, ref, watch.served_plural)
+    meta = (fresh or {}).get("metadata") or {}
+    return meta.get("uid") == ref.uid and FINALIZER in (meta.get("finalizers") or [])
+
+
+async def _finish(
+    runtime: Runtime,
+    watch: Watch,
+    ref: ObjectRef,
+    resyncs: Resyncs,
+    drift: DriftScheduler,
+    states: ReleaseStates,
+) -> None:
+    ns, name = ref.namespace, ref.name
+    resyncs.forget(resource_key(watch, ns, name))
+    try:
+        # No uninstall hooks: a terminating namespace accepts no new objects (no final backup Job
+        # could start), and the namespace's deletion must not hang on them.
+        message, _ = await finalize(runtime, watch, ns, name)
+    except UninstallFailed as exc:
+        log.warning("cannot finish deleting %s/%s: %s", ns, name, exc)
+        return
+    forget(runtime, watch, states, drift, resyncs, ns, name)
+    log.info("%s/%s in terminating namespace: %s", ns, name, message)
+    fresh = await asyncio.to_thread(runtime.kube.get_custom, ref, watch.served_plural)
+    finalizers = ((fresh or {}).get("metadata") or {}).get("finalizers") or []
+    if FINALIZER in finalizers:  # kopf's handler may have let it go meanwhile
+        await asyncio.to_thread(runtime.kube.drop_finalizer, ref, watch.served_plural, finalizers, FINALIZER)

@@ -166,6 +166,9 @@ def material(core: client.CoreV1Api, s: WebhookSettings, now: dt.datetime | None
     raise RuntimeError(f"secret {s.secret_namespace}/{s.secret_name}: could not settle its certificate")
 
 
+REFUSAL_LOG_EVERY = 60.0  # seconds between log lines for the same refused conversion
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -174,6 +177,20 @@ class _Server(ThreadingHTTPServer):
     ) -> None:
         super().__init__(bind, _Handler)
         self.context, self.kinds = context, kinds
+        self._refusals: dict[str, float] = {}  # message -> when it was last logged
+        self._refusals_lock = threading.Lock()
+
+    def refused(self, message: str) -> None:
+        """Log a refused conversion once a minute per message: clients and the operator's own
+        watch retry the same failing object many times a second."""
+        now = time.monotonic()
+        with self._refusals_lock:
+            if now - self._refusals.get(message, -REFUSAL_LOG_EVERY) < REFUSAL_LOG_EVERY:
+                return
+            if len(self._refusals) > 1000:
+                self._refusals.clear()
+            self._refusals[message] = now
+        log.warning("conversion refused: %s", message)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """TLS on the connection's own thread: a slow handshake never holds the accept loop."""
@@ -216,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
         for kind in kinds:
             CONVERSIONS.labels(kind=kind, result="Success" if ok else "Failure").inc()
         if not ok:
-            log.warning("conversion refused: %s", response["result"]["message"])
+            self.server.refused(response["result"]["message"])
         CONVERSION_SECONDS.observe(time.perf_counter() - started)
         self._send(200, answer)
 

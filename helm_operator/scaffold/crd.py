@@ -731,13 +731,16 @@ def without_nulls(values: Mapping[str, Any], at: str = "") -> tuple[dict[str, An
     return out, dropped
 
 
-def sample(group: str, version: str, kind: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
+def sample(
+    group: str, version: str, kind: str, defaults: Mapping[str, Any], stem: str | None = None
+) -> dict[str, Any]:
     """An example resource whose spec is the chart's defaults (but their ``null``s, see
-    :func:`without_nulls`): a starting point users edit, which applies as it is."""
+    :func:`without_nulls`): a starting point users edit, which applies as it is. ``stem``: its
+    name's start (a second version's sample must not overwrite the first's object)."""
     return {
         "apiVersion": f"{group}/{version}",
         "kind": kind,
-        "metadata": {"name": f"{kind.lower()}-sample"},
+        "metadata": {"name": f"{stem or kind.lower()}-sample"},
         "spec": without_nulls(defaults)[0],
     }
 

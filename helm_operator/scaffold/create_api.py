@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ import yaml
 
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch, WatchesError, load_watches
+from helm_operator.hooks.conversion import Kind, missing
+from helm_operator.hooks.loader import load
 from helm_operator.scaffold import crd, watchfile
 
 REGENERATE = "helm-operator create-api --regenerate-crd"
@@ -436,6 +438,8 @@ def create(req: Request) -> Outcome:
             f"{crd_path}: already defines {req.kind} ({req.group}) but {watches_path} serves no version"
             " of it; remove the file or add its watches entry by hand"
         )
+    if others:
+        req = _as_served(req, crd_folder, crd_path, crd_doc)
     if sample_path.exists():
         raise ApiError(f"{sample_path}: already exists")
 
@@ -467,19 +471,20 @@ def create(req: Request) -> Outcome:
             watches_text = _with_values(watches_path, index, {"version": req.version, "chart": label})
             rendered = crd.render(definition)["spec"]["versions"]
             storage = next(v["name"] for v in rendered if v.get("storage"))
+            served = sorted(str(v["name"]) for v in rendered if v.get("served"))
             old = others[0]
             notes.append(
-                f"entry {index} of {watches_path} now feeds {label} from {req.version}; the CRD still "
-                f"serves {old.version} and stores {storage}. Declare converters both ways between "
-                f"{old.version} and {req.version} (@hooks.convert) in the module its hooks: field names: "
-                "until then the operator refuses to start, naming the pair (README: Evolving an API). "
-                f"{old.version}'s chart stays in {_label(old.chart, watches_path.parent)} until you remove it"
+                f"entry {index} of {watches_path} now feeds {label} from {req.version}; the CRD serves "
+                f"{', '.join(served)} and stores {storage}. "
+                + _converters_note(req, served, old.hooks, watches_path.parent)
+                + f" {old.version}'s chart stays in {_label(old.chart, watches_path.parent)}"
+                + " until you remove it"
             )
         else:
             index = None
             watches_text = _with_entry(watches_path, _entry(req, label))
         _check_watches(watches_path, watches_text, source, index)
-        sample_text = _sample_text(req, chart, sample_path.relative_to(project))
+        sample_text = _sample_text(req, chart, sample_path.relative_to(project), stem)
         if not req.cluster_scoped and not req.allow_cluster_scoped and source.is_dir():
             hints = cluster_scoped_hints(source)
             if hints:
@@ -581,7 +586,67 @@ def _check_watches(path: Path, text: str, new_chart: Path, index: int | None = N
             raise ApiError(str(exc).replace(str(copy), str(path))) from None
 
 
-def _sample_text(req: Request, chart: ChartSource, where: Path) -> str:
+def _as_served(req: Request, folder: Path, path: Path | None, doc: Mapping[str, Any] | None) -> Request:
+    """A new version of a kind the project serves: the request as the CRD on disk has the kind
+    (names and scope are the CRD's for good: the API server changes neither), or why not."""
+    if path is None or doc is None:
+        raise ApiError(
+            f"{folder}: no CRD file defines {req.kind} ({req.group}), so the versions it serves and stores "
+            f"are unknown; restore it (or write it from the watches file: create-api --regenerate-crd) "
+            f"before adding {req.version}"
+        )
+    spec = doc.get("spec") or {}
+    served = [str(v.get("name")) for v in spec.get("versions") or () if v.get("served")]
+    if req.version in served:
+        raise ApiError(
+            f"{path}: {req.kind} already serves {req.version}; create-api --version adds a version it does "
+            f"not serve yet (to feed the chart from {req.version} again, edit its watches entry)"
+        )
+    plural = str((spec.get("names") or {}).get("plural") or "")
+    if req.plural and req.plural != plural:
+        raise ApiError(
+            f"--plural {req.plural}: {req.kind} is served as {plural} ({path}); a CRD's names stay what "
+            "they are across versions: leave --plural out"
+        )
+    scope = str(spec.get("scope") or "Namespaced")
+    if req.cluster_scoped and scope != "Cluster":
+        raise ApiError(
+            f"--cluster-scoped: {req.kind} is {scope} ({path}) and the API server never changes a CRD's "
+            "scope; a new version keeps it: leave --cluster-scoped out"
+        )
+    return replace(req, plural=plural, cluster_scoped=scope == "Cluster")
+
+
+def _converters_note(req: Request, served: Sequence[str], module: str | None, base: Path) -> str:
+    """What the hook module still has to declare for every served version to reach the new hub
+    version and back (the converters it already has are read from it)."""
+    where = (
+        f"its hook module {module}"
+        if module
+        else f"a hook module (add hooks: hooks/{req.kind.lower()}.py to the entry)"
+    )
+    declared: Mapping[tuple[str, str], Any] = {}
+    unread = ""
+    if module:
+        try:
+            declared = load(module, base).converters
+        except Exception as exc:  # a module that does not load yet: everything is still to declare
+            unread = f" ({module} did not load: {exc})"
+    # The pairs with the hub: once those exist, any two versions convert through it.
+    hub = Kind(req.group, req.kind, req.version, declared)
+    pairs = sorted(p for p in missing(hub, served) if req.version in p)
+    if not pairs:
+        return f"{where} converts between every served version and {req.version}."
+    return (
+        f"Declare converters (@hooks.convert) in {where}{unread} for "
+        + ", ".join(f"{a} -> {b}" for a, b in pairs)
+        + " (each served version to and from the watch's version, "
+        + req.version
+        + "): until then the operator refuses to start, naming them (README: Evolving an API)."
+    )
+
+
+def _sample_text(req: Request, chart: ChartSource, where: Path, stem: str | None = None) -> str:
     article = "An" if req.kind[:1] in "AEIOU" else "A"
     header = [
         f"{article} {req.kind} with the defaults of the {chart.name} chart: its spec is the chart's values."
@@ -591,4 +656,4 @@ def _sample_text(req: Request, chart: ChartSource, where: Path) -> str:
         shown = ", ".join(left_out[:8]) + (f" and {len(left_out) - 8} more" if len(left_out) > 8 else "")
         header.append(f"Values that are null by default are left out (kubectl apply drops nulls): {shown}.")
     header.append(f"Edit it, then: kubectl apply -f {where}")
-    return crd.dump(crd.sample(req.group, req.version, req.kind, chart.defaults), header)
+    return crd.dump(crd.sample(req.group, req.version, req.kind, chart.defaults, stem), header)

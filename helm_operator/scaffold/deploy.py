@@ -105,14 +105,20 @@ def deployment(d: Deploy, shard: str | None = None) -> dict[str, Any]:
             {"name": "probes", "containerPort": d.probe_port, "protocol": "TCP"},
             {"name": "conversion", "containerPort": d.conversion_port, "protocol": "TCP"},
         ],
+        # Start-up (imports, the first listing) takes seconds on an idle node and far longer on a
+        # loaded one: liveness only starts once /healthz first answered, instead of after a fixed delay
+        # a busy node outlasts.
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "probes"},
+            "periodSeconds": 2,
+            "failureThreshold": 90,
+        },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "probes"},
-            "initialDelaySeconds": 15,
             "periodSeconds": 20,
         },
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "probes"},
-            "initialDelaySeconds": 5,
             "periodSeconds": 10,
         },
         # helm processes (up to --max-helm-processes at once) live in this budget too.
@@ -187,8 +193,15 @@ def metrics_service(d: Deploy) -> dict[str, Any]:
 
 
 def conversion_service(d: Deploy) -> dict[str, Any]:
-    """How the API server reaches the conversion webhook every replica serves (any of them)."""
-    return _service(d, "conversion", 443)
+    """How the API server reaches the conversion webhook every replica serves (any of them).
+
+    Not-ready replicas are endpoints too: a leader is not ready until it has handled every
+    resource, and listing them in the hub version needs this webhook when they are stored in
+    another one; a Service waiting for readiness would deadlock a single replica.
+    """
+    service = _service(d, "conversion", 443)
+    service["spec"]["publishNotReadyAddresses"] = True
+    return service
 
 
 class Flow(list[Any]):

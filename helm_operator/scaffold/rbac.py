@@ -589,6 +589,9 @@ class Derived:
 
     grants: list[Grant] = field(default_factory=list)
     rendered: dict[str, set[tuple[str, str]]] = field(default_factory=dict)  # chart -> kinds
+    # watched (apiVersion, kind) -> the namespaced kinds its charts template (they carry its
+    # ownerReference: a ControllerRing's controlled resources)
+    controlled: dict[tuple[str, str], set[ApiResource]] = field(default_factory=dict)
     # chart -> (apiVersion, kind, name) of what its crds/ folders hold
     crds_folders: dict[str, set[tuple[str, str, str]]] = field(default_factory=dict)
 
@@ -665,6 +668,9 @@ def derive(
         for api_version, kind in sorted(kinds_in(templated)):
             collect.kind(api_version, kind, HELM_VERBS, f"{w.chart} ({label})")
             out.rendered.setdefault(w.chart, set()).add((api_version, kind))
+            resource = mapped(api_version, kind)
+            if resource is not None and resource.namespaced:
+                out.controlled.setdefault((w.api_version, w.kind), set()).add(resource)
         for d in docs:
             if isinstance(d, FromCrdsFolder):
                 found = (
@@ -767,20 +773,36 @@ def manifests(
 SHARDER_ACCOUNT = ("sharding-system", "sharder")  # the sharder's ServiceAccount as its project installs it
 
 
-def controller_ring(name: str, resources: Sequence[ApiResource], identity: Identity) -> list[dict[str, Any]]:
+def controller_ring(
+    name: str,
+    resources: Sequence[ApiResource],
+    identity: Identity,
+    controlled: Mapping[ApiResource, Iterable[ApiResource]] = {},
+) -> list[dict[str, Any]]:
     """Dynamic shards (``run --controller-ring NAME``): the ``ControllerRing`` naming the watched
-    kinds, and what the sharder needs to move their objects between shards (list and patch them:
+    kinds and the namespaced kinds their charts create (``controlled``: they carry the resource's
+    controller reference, so the sharder puts them on its shard and each shard watches only its
+    own), and what the sharder needs to move their objects between shards (list and patch them:
     the sharder is granted per ring, not cluster-admin)."""
     kinds = sorted({(r.group, r.plural) for r in resources})
+    owned = {
+        (r.group, r.plural): sorted({(c.group, c.plural) for c in controlled.get(r, ())}) for r in resources
+    }
+    entries = []
+    for g, p in kinds:
+        entry: dict[str, Any] = {"group": g, "resource": p}
+        if owned.get((g, p)):
+            entry["controlledResources"] = [{"group": cg, "resource": cp} for cg, cp in owned[(g, p)]]
+        entries.append(entry)
     ring = {
         "apiVersion": "sharding.timebertt.dev/v1alpha1",
         "kind": "ControllerRing",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": identity.name}},
-        "spec": {"resources": [{"group": g, "resource": p} for g, p in kinds]},
+        "spec": {"resources": entries},
     }
     role_name = f"sharding:controllerring:{name}"
     by_group: dict[str, list[str]] = {}
-    for g, p in kinds:
+    for g, p in sorted({*kinds, *(c for cs in owned.values() for c in cs)}):
         by_group.setdefault(g, []).append(p)
     policy = [
         {"apiGroups": Flow([g]), "resources": Flow(ps), "verbs": Flow(["list", "patch"])}

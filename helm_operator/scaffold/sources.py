@@ -287,7 +287,11 @@ def generate_project(options: Options) -> Generated:
         scoped = [*(options.watch_namespaces or [identity.namespace]), *release_namespaces]
     docs = rbac.manifests(derived.grants, identity, scoped)
     if options.controller_ring:
-        docs += rbac.controller_ring(options.controller_ring, _ring_resources(watches, crds), identity)
+        ring = _ring_resources(watches, crds)  # one per watch, in order
+        controlled: dict[rbac.ApiResource, set[rbac.ApiResource]] = {}
+        for w, r in zip(watches, ring, strict=True):
+            controlled.setdefault(r, set()).update(derived.controlled.get((w.api_version, w.kind), set()))
+        docs += rbac.controller_ring(options.controller_ring, ring, identity, controlled)
     return Generated(docs, identity, derived.notes())
 
 

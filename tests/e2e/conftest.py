@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,13 @@ import pytest
 import yaml
 
 from helm_operator.dev import images
-from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.devcluster import ClusterError, DevCluster
 from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
 from .operator import REPO, OperatorProcess, Resources, shipped_watches
+
+START_APART = 60.0  # seconds between the control planes of two pytest-xdist processes (see the Makefile)
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
@@ -43,9 +47,21 @@ def cluster(tools: Toolchain) -> Iterator[DevCluster]:
         return
     # pytest runs fixture teardown on KeyboardInterrupt; make SIGTERM (CI cancelling) do the same.
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    # Under pytest-xdist each process starts a control plane of its own; the second one later: two
+    # starting at the same moment on a small machine both miss their start-up deadlines.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    time.sleep(START_APART * int(worker.removeprefix("gw") or 0))
     cluster = DevCluster(tools=tools, nodes=4)
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except ClusterError as exc:
+            # Missed its deadline on a loaded machine (every test of this process would error):
+            # a fresh one, once; the same error again is the session's.
+            print(f"\nthe local control plane did not start ({exc}); starting a fresh one", file=sys.stderr)
+            cluster.stop()
+            cluster = DevCluster(tools=tools, nodes=4)
+            cluster.start()
         yield cluster
     finally:
         cluster.stop()

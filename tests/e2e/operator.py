@@ -69,6 +69,12 @@ def metrics(port: int) -> dict[str, float]:
     return out
 
 
+def summed(port: int, metric: str, *within: str) -> float:
+    """The sum of ``metric``'s samples whose labels contain every string of ``within``."""
+    prefix = f"{metric}{{"
+    return sum(v for k, v in metrics(port).items() if k.startswith(prefix) and all(w in k for w in within))
+
+
 def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
     """An HTTP probe of the operator: status code and its JSON answer."""
     try:
@@ -157,11 +163,13 @@ class OperatorProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        eventually(
-            lambda: self.started in self.log() or self._died(),
-            timeout=30,
-            what="operator start",
-        )
+        # Generous: a start is imports, chart loading and a login, and two suites share two cores.
+        deadline = time.monotonic() + 90
+        while not (self.started in self.log() or self._died()):
+            assert time.monotonic() < deadline, (
+                f"no {self.started!r} after 90 s; its log:\n{self.log()[-4000:]}"
+            )
+            time.sleep(0.3)
         assert not self._died(), f"operator exited at start:\n{self.log()}"
 
     def _died(self) -> bool:
@@ -197,8 +205,7 @@ class OperatorProcess:
     def resyncs(self, decided: str | None = None) -> float:
         """Resyncs the current process made (``decided``: "memory" or "read" only), as its metrics say."""
         label = f'decided="{decided}"' if decided else ""
-        samples = metrics(self.metrics_port).items()
-        return sum(v for k, v in samples if k.startswith("helm_operator_resyncs_total{") and label in k)
+        return summed(self.metrics_port, "helm_operator_resyncs_total", label)
 
     def handled(self, phrase: str) -> int:
         """How often the current process's log mentions ``phrase`` (e.g. a handler's success)."""
@@ -261,3 +268,31 @@ class Resources:
 
     def exists(self, kind: str, name: str) -> bool:
         return self.cluster.kubectl("get", kind, name, "-n", self.ns, check=False).returncode == 0
+
+
+def simple_crd(
+    group: str, kind: str, plural: str, properties: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A namespaced v1 CRD with a status subresource: its spec free-form, or of these properties."""
+    schema: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    if properties:
+        schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": properties}}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }

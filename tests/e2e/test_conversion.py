@@ -8,6 +8,7 @@ trimmed, and with the webhook gone writes fail with the API server's message."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
 from .conftest import Helm, releases
-from .operator import REPO, OperatorProcess, Resources, eventually, free_port, metrics
+from .operator import REPO, OperatorProcess, Resources, eventually, free_port, metrics, probe
 
 GROUP = "conv.test.helm-operator.io"
 CRD = f"greetings.{GROUP}"
@@ -165,6 +166,12 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
         cmd += ["--namespace", ns, "--kubeconfig", str(cluster.kubeconfig), "--helm", str(tools.helm), *args]
         refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert refused.returncode == 2 and "no converter goes v2 -> v1" in refused.stderr, refused
+        # The old operator (no converters at all) on the new CRD: refused too, nothing reconciled
+        # from specs the API server would hand over pruned.
+        cmd[cmd.index(str(w_one))] = str(w1)
+        refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2, refused
+        assert f"CRD {CRD} serves v1, v2 with different schemas and no converter" in refused.stderr, refused
         op.watches = w2
         op.start()
         conv = eventually(
@@ -288,3 +295,115 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
         op.stop()
         cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", check=False)
         cluster.kubectl("delete", "secret", secret, "-n", "default", "--ignore-not-found", check=False)
+
+
+def test_a_standby_serves_conversions_and_the_next_leader_keeps_serving_them(
+    cluster: DevCluster, tools: Toolchain, helm4: Helm, solo_namespace: str, tmp_path: Path
+) -> None:
+    """Two replicas with one certificate Secret: the standby's webhook converts through the API
+    server (the CRD pointed at it, as a Service picks any replica), and when the leader stops the
+    standby leads and keeps the kind readable and writable in both versions."""
+    ns, res = solo_namespace, Resources(cluster, solo_namespace)
+    cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", "--timeout=60s", check=False, timeout=90)
+    apply(cluster, crd(["v1", "v2"], "v1"), "default")
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
+    watches = tmp_path / "w2.yaml"
+    entry = {
+        "group": GROUP,
+        "kind": "Greeting",
+        "version": "v2",
+        "timeout": "60s",
+        "chart": str(chart(tmp_path, "2.0.0", ".Values.greeting.text")),
+        "hooks": str(REPO / "tests/e2e/hooks/greeting_versions.py"),
+    }
+    watches.write_text(yaml.safe_dump([entry]))
+    secret = f"conversion-ha-{ns[-4:]}"
+    replicas: list[tuple[OperatorProcess, int, int]] = []
+    try:
+        for i in range(2):
+            port, probes = free_port(), free_port()
+            args = ["--retry-base", "1", "--retry-cap", "4", "--leader-elect"]
+            args += ["--leader-election-namespace", ns, "--leader-election-id", "conversion-ha"]
+            args += ["--leader-election-lease-duration", "6", "--leader-election-renew-deadline", "4"]
+            args += [
+                "--leader-election-retry-period",
+                "1",
+                "--health-probe-bind-address",
+                f"127.0.0.1:{probes}",
+            ]
+            args += [
+                "--conversion-bind-address",
+                f"127.0.0.1:{port}",
+                "--conversion-secret",
+                f"default/{secret}",
+            ]
+            (tmp_path / f"op{i}").mkdir()
+            op = OperatorProcess(
+                cluster, tools.helm, tmp_path / f"op{i}", watches, [ns], extra_args=args,
+                started="conversion webhook on",
+            )  # fmt: skip
+            op.start()
+            replicas.append((op, port, probes))
+            if i == 0:
+                eventually(functools.partial(leads, probes), timeout=60, what="the first replica leads")
+        (leader, leader_port, _), (standby, standby_port, standby_probes) = replicas
+        assert role(standby_probes) == "standby"
+
+        def url() -> str:
+            crd_now = json.loads(cluster.kubectl("get", "crd", CRD, "-o", "json").stdout)
+            return str(crd_now["spec"]["conversion"].get("webhook", {}).get("clientConfig", {}).get("url"))
+
+        eventually(lambda: url() == f"https://127.0.0.1:{leader_port}/convert", timeout=60, what="injected")
+        apply(cluster, greeting("v1", "first", {"message": "hello"}), ns)  # stored as v1, read as v2
+        res.wait_condition(f"greetings.{GROUP}", "first", "Ready", timeout=90)
+        assert configmap_text(res, "first") == "hello"
+
+        # The CRD pointed at the standby (same caBundle: the certificate Secret is shared).
+        pointed = {
+            "spec": {
+                "conversion": {
+                    "webhook": {"clientConfig": {"url": f"https://127.0.0.1:{standby_port}/convert"}}
+                }
+            }
+        }
+        cluster.kubectl("patch", "crd", CRD, "--type=merge", "-p", json.dumps(pointed))
+        success = 'helm_operator_conversions_total{kind="Greeting",result="Success"}'
+        before = metrics(standby.metrics_port).get(success, 0.0)
+        assert read(cluster, ns, "v2", "first")["spec"] == {"greeting": {"text": "hello"}}
+        apply(cluster, greeting("v2", "second", {"greeting": {"text": "hi", "emphasis": True}}), ns)
+        assert read(cluster, ns, "v1", "second")["spec"] == {"message": "hi"}
+        assert metrics(standby.metrics_port).get(success, 0.0) > before, "the standby converted them"
+        assert role(standby_probes) == "standby"
+
+        # The leader stops: the standby leads, points the CRD at itself and reconciles both.
+        leader.stop()
+        eventually(lambda: role(standby_probes) == "leader", timeout=60, what="the standby leads")
+        eventually(
+            lambda: url() == f"https://127.0.0.1:{standby_port}/convert", timeout=60, what="re-injected"
+        )
+        res.wait_condition(f"greetings.{GROUP}", "second", "Ready", timeout=90)
+        apply(cluster, greeting("v1", "first", {"message": "bye"}), ns)
+        eventually(lambda: configmap_text(res, "first") == "bye", timeout=90, what="a v1 change reconciled")
+        assert configmap_text(res, "second") == "hi"
+        assert read(cluster, ns, "v2", "first")["spec"] == {"greeting": {"text": "bye"}}
+    finally:
+        for name in ("first", "second"):
+            cluster.kubectl(
+                "delete", f"greetings.{GROUP}", name, "-n", ns, "--ignore-not-found", "--timeout=120s",
+                check=False, timeout=150,
+            )  # fmt: skip
+        for op, _, _ in replicas:
+            op.stop()
+        cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "secret", secret, "-n", "default", "--ignore-not-found", check=False)
+
+
+def leads(probes: int) -> bool:
+    return role(probes) == "leader"
+
+
+def role(probes: int) -> str:
+    try:
+        return str(probe(probes, "/readyz")[1]["role"])
+    except OSError:
+        return "down"

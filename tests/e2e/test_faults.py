@@ -222,11 +222,12 @@ def test_a_kind_whose_crd_is_missing_is_waited_for_by_name(
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         needle = f"waiting for the API server to serve Latecomer ({group}/v1): is its CRD applied?"
-        eventually(lambda: needle in log.read_text(), timeout=20, what="a log line naming the kind")
+        # The process's start counts here: its imports alone took 12 s at a load average of 11.
+        eventually(lambda: needle in log.read_text(), timeout=90, what="a log line naming the kind")
         time.sleep(6)
         assert log.read_text().count(needle) >= 2  # repeated every few seconds, not once and silence
         cluster.kubectl("apply", "-f", "-", input=json.dumps(crd))
-        eventually(lambda: "latecomerz" in log.read_text(), timeout=30, what="served under its CRD's plural")
+        eventually(lambda: "latecomerz" in log.read_text(), timeout=60, what="served under its CRD's plural")
         res = Resources(cluster, ns)
         res.apply({"apiVersion": f"{group}/v1", "kind": "Latecomer", "metadata": {"name": "l"}, "spec": {}})
         res.wait_condition(f"latecomerz.{group}", "l", "Ready", timeout=60)

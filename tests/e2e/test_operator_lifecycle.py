@@ -206,11 +206,13 @@ def test_failed_upgrade_rolls_back_and_history_stays_bounded(
     assert failed["reason"] == "UpgradeFailed"
     remediated = res.wait_condition(KIND, "flaky", "Remediated", generation=False)
     assert "rolled back" in remediated["message"]
-    assert releases(helm4, res.ns)["flaky"]["status"] == "deployed"
-    assert res.get("configmap", "flaky-config")["data"] == {"message": "good"}  # the rollback restored it
-    # Retries back off and stop; the history never grows past historyMax (3).
+    # Retries back off and stop; the history never grows past historyMax (3). Each retry applies
+    # the bad ConfigMap again before its Deployment is refused, so what a rollback restored is
+    # read only once nothing retries any more: the last action was a rollback.
     stalled = res.wait_condition(KIND, "flaky", "Stalled", timeout=180)
     assert stalled["reason"] == "RetriesExhausted"
+    assert releases(helm4, res.ns)["flaky"]["status"] == "deployed"
+    assert res.get("configmap", "flaky-config")["data"] == {"message": "good"}  # the rollback restored it
     assert len(history(helm4, "flaky", res.ns)) <= 3
     attempts = len(upgrades(operator, "flaky", res.ns))
     assert attempts == 1 + 5  # the install, then max-retries upgrades

@@ -24,7 +24,7 @@ from helm_operator.dev.sharder import Sharder
 from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH
-from .operator import OperatorProcess, eventually, free_port
+from .operator import OperatorProcess, eventually, free_port, metrics, summed
 
 TINY = "tinies.test.helm-operator.io"
 # A ring of its own per run: the sharder knows a shard by its Lease's name alone, in any namespace,
@@ -49,7 +49,9 @@ def sharder(
 ) -> Iterator[Sharder]:
     """The sharder, its webhook on loopback, and a ControllerRing of the Tiny kind in ``ring_ns``."""
     running = Sharder(tmp_path_factory.mktemp("sharder"), cluster.kubeconfig, tools, free_port()).start()
-    running.apply_ring(RING, [{"group": "test.helm-operator.io", "resource": "tinies"}], namespace=ring_ns)
+    controlled = [{"group": "apps", "resource": "deployments"}, {"group": "", "resource": "configmaps"}]
+    tinies = {"group": "test.helm-operator.io", "resource": "tinies", "controlledResources": controlled}
+    running.apply_ring(RING, [tinies], namespace=ring_ns)
     yield running
     running.stop()
     cluster.kubectl("delete", "controllerring", RING, check=False)
@@ -115,6 +117,54 @@ def assignment(cluster: DevCluster, ns: str) -> dict[str, str]:
     }
 
 
+def misplaced(cluster: DevCluster, ns: str, shards: Shards) -> list[str]:
+    """What breaks "every resource's Deployment and ConfigMap are on its shard (the sharder keys
+    them by their controller reference), each shard's dependent watches hold its own only, and its
+    watch of Helm's release Secrets (which no shard label reaches) names its own releases only"."""
+    owners = assignment(cluster, ns)
+    label = Ring(RING, "x").shard_label
+    wrong = []
+    for kind, suffix in (("deployments", ""), ("configmaps", "-config")):
+        items = json.loads(cluster.kubectl("get", kind, "-n", ns, "-o", "json").stdout)["items"]
+        for i in items:
+            owner = i["metadata"]["name"].removesuffix(suffix)
+            shard = (i["metadata"].get("labels") or {}).get(label)
+            if owner in owners and shard != owners[owner]:
+                wrong.append(f"{kind} {i['metadata']['name']} on {shard}, its resource on {owners[owner]}")
+    for shard, op in shards.running.items():
+        share = sum(1 for s in owners.values() if s == shard)
+        held = summed(op.metrics_port, "helm_operator_dependent_cache_objects", "Deployment.apps")
+        if held != share:
+            wrong.append(f"{shard} watches {held:g} Deployments, its share is {share}")
+        releases = metrics(op.metrics_port).get("helm_operator_release_index_releases")
+        if releases != share:
+            wrong.append(f"{shard} watches the Secrets of {releases} releases, its share is {share}")
+    return wrong
+
+
+def corrected(op: OperatorProcess) -> float:
+    """Objects the instance re-asserted because they drifted (its metrics)."""
+    return summed(op.metrics_port, "helm_operator_drift_corrections_total")
+
+
+def dependents_settle(cluster: DevCluster, ns: str, shards: Shards, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while wrong := misplaced(cluster, ns, shards):
+        assert time.monotonic() < deadline, wrong
+        time.sleep(1)
+
+
+def drains_asked(sharder: Sharder) -> set[str]:
+    """The resources the sharder asked a shard to drain (by name)."""
+    return {
+        m.group(1)
+        for line in sharder.log().splitlines()
+        if '"Draining object from shard"' in line
+        for m in [re.search(r'"object":\{"name":"([^"]+)"', line)]
+        if m
+    }
+
+
 def replicas(cluster: DevCluster, ns: str) -> dict[str, int]:
     out = cluster.kubectl("get", "deployments", "-n", ns, "-o", "json")
     return {i["metadata"]["name"]: i["spec"]["replicas"] for i in json.loads(out.stdout)["items"]}
@@ -152,6 +202,7 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
     assert set(assigned.values()) == {"shard-0", "shard-1", "shard-2"}, Counter(assigned.values())
     for shard, op in shards.running.items():
         assert sorted(upgrades(op)) == sorted(n for n, s in assigned.items() if s == shard), shard
+    dependents_settle(cluster, ns, shards)
     leases = json.loads(cluster.kubectl("get", "leases", "-n", ns, "-o", "json").stdout)["items"]
     ring_leases = {
         lease["metadata"]["name"]: lease["spec"].get("holderIdentity")
@@ -203,12 +254,21 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
     assert {s: upgrades(op)[before.get(s, 0) :] for s, op in shards.running.items()} == {
         s: [] for s in shards.running
     }
-    # Every drain the sharder asked for (its debug log says so) was acknowledged by the shard that
-    # held the resource; the new shard got its share through them.
-    asked = eventually(lambda: sharder.log().count('"Draining object from shard"'), timeout=10, what="drains")
-    acknowledged = sum(op.log().count("drained: handed back") for op in shards.running.values())
+    # Every resource the sharder asked to drain (its debug log says so; it asks again when its
+    # patch raced the shard's acknowledgement) was handed back by the shard that held it, once;
+    # the new shard got its share through them.
+    asked = eventually(lambda: drains_asked(sharder), timeout=10, what="drains")
+    acknowledged = Counter(
+        m.group(1)
+        for op in shards.running.values()
+        for m in re.finditer(r"Tiny \S+/(\S+) drained: handed back", op.log())
+    )
     final = assignment(cluster, ns)
-    assert acknowledged == asked, (acknowledged, asked, Counter(final.values()))
+    assert set(acknowledged) == asked and set(acknowledged.values()) == {1}, (
+        acknowledged,
+        asked,
+        Counter(final.values()),
+    )
     set_replicas(cluster, ns, names, 3)
     eventually(
         lambda: (
@@ -222,4 +282,21 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
     for shard, op in shards.running.items():
         done = upgrades(op)[before.get(shard, 0) :]
         assert sorted(done) == sorted(n for n, s in final.items() if s == shard), (shard, done)
+    dependents_settle(cluster, ns, shards)  # moved with their resources, watched by the new shard only
+
+    # Drift of a moved resource is the new shard's to correct (and no one else's): its ConfigMap
+    # deleted by hand is back, labelled for that shard again, with no Helm action.
+    moved = sorted(n for n, s in final.items() if s == "shard-3")[0]
+    actions = {s: len(op.helm_calls()) for s, op in shards.running.items()}
+    corrections = {s: corrected(op) for s, op in shards.running.items()}
+    cluster.kubectl("delete", "configmap", f"{moved}-config", "-n", ns)
+    eventually(
+        lambda: cluster.kubectl("get", "configmap", f"{moved}-config", "-n", ns, check=False).returncode == 0,
+        timeout=60,
+        what=f"shard-3 recreates {moved}'s ConfigMap",
+    )
+    dependents_settle(cluster, ns, shards)
+    assert {s: len(op.helm_calls()) for s, op in shards.running.items()} == actions
+    now = {s: corrected(op) - corrections[s] for s, op in shards.running.items()}
+    assert now == {s: 1.0 if s == "shard-3" else 0.0 for s in shards.running}, now
     assert sharder.proc is not None and sharder.proc.poll() is None, sharder.log()[-2000:]

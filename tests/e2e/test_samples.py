@@ -46,12 +46,24 @@ CASES = {
         ("statefulset", "{.spec.replicas}"),
         "2",
     ),
+    # Not size or the Pods: KWOK runs no etcd, and both go through etcdctl in the members
+    # (tests/e2e/test_real_etcd.py resizes real ones). The operator's client Secret changes.
     "etcdcluster": Case(
         "etcdcluster.yaml",
         "etcdclusters.etcd.database.coreos.com",
-        {"size": 2},
-        ("statefulset", "{.spec.replicas}"),
-        "2",
+        {
+            "tls": {
+                "static": {
+                    "member": {
+                        "peerSecret": "etcd-cluster-peer-tls",
+                        "clientSecret": "etcd-cluster-client-tls",
+                    },
+                    "operatorSecret": "etcd-operator-tls-2",
+                }
+            }
+        },
+        ("statefulset", "{.metadata.annotations.etcd\\.database\\.coreos\\.com/operator-secret}"),
+        "etcd-operator-tls-2",
     ),
     "memcached": Case(
         "memcached.yaml", "memcacheds.cache.example.com", {"size": 2}, ("deployment", "{.spec.replicas}"), "2"

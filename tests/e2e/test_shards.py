@@ -2,10 +2,13 @@
 resources by label. Each resource is served by exactly one (its helm calls, its release record and
 its objects carry the shard), every list and watch the instances send carries the shard, and each
 caches only its share. A resource relabelled from a to b moves cleanly: one upgrade by b, none by
-a, its Pods untouched; from then on b alone upgrades it and corrects its drift."""
+a, its Pods untouched; from then on b alone upgrades it and corrects its drift. A PostgreSQLCluster
+moved between two scheduled backups goes on with the next slot on its new shard: no slot run
+twice, none skipped."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -23,7 +26,8 @@ from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH
-from .operator import OperatorProcess, Resources, eventually, metrics
+from .operator import OperatorProcess, Resources, eventually, shipped_watches, summed
+from .test_day2 import PG, backups, jobs, pg, ts
 from .test_diff import Diff
 
 TINY = "tinies.test.helm-operator.io"
@@ -44,20 +48,24 @@ def shards(
     tools: Toolchain,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, OperatorProcess]]:
-    """Two instances of the operator (helm v4), one per shard, watching the same namespace (deleted
-    while they still run: they uninstall its releases)."""
+    """Two instances of the operator (helm v4), one per shard, watching the same namespaces (the
+    first deleted while they still run: they uninstall its releases), with the Tiny test kind and
+    the PostgreSQLCluster sample (its day-2 hooks)."""
     tools.require("helm")
     cluster.kubectl("create", "namespace", sharded_ns)
+    postgres = [w for w in shipped_watches() if w["kind"] == "PostgreSQLCluster"]
     found = {}
     for shard in ("a", "b"):
         workdir = tmp_path_factory.mktemp(f"shard-{shard}")
         watches = workdir / "watches.yaml"
-        watches.write_text(yaml.safe_dump([TINY_WATCH]))
+        watches.write_text(yaml.safe_dump([TINY_WATCH, *postgres]))
         args = ["--retry-base", "1", "--retry-cap", "4", "--shard", shard]
-        found[shard] = OperatorProcess(cluster, tools.helm, workdir, watches, [sharded_ns], extra_args=args)
+        namespaces = [sharded_ns, f"{sharded_ns}-day2"]
+        found[shard] = OperatorProcess(cluster, tools.helm, workdir, watches, namespaces, extra_args=args)
         found[shard].start()
     yield found
-    cluster.kubectl("delete", "namespace", sharded_ns, "--wait=true", timeout=240, check=False)
+    for ns in (sharded_ns, f"{sharded_ns}-day2"):
+        cluster.kubectl("delete", "namespace", ns, "--wait=true", timeout=240, check=False)
     for op in found.values():
         op.stop()
 
@@ -79,16 +87,34 @@ def upgrades(op: OperatorProcess) -> list[str]:
 
 def deletions(op: OperatorProcess, ns: str) -> list[str]:
     """The resources whose deletion the instance finished (its delete handler or its sweep of a
-    terminating namespace)."""
+    terminating namespace: both may log one that kopf saw deleted while the sweep held it)."""
     done = re.findall(rf"\[Tiny {ns}/(\S+)\] Deletion is processed", op.log())
     done += re.findall(rf"{ns}/(\S+) in terminating namespace", op.log())
-    return sorted(done)
+    return sorted(set(done))
+
+
+def failed_deletions(op: OperatorProcess, ns: str) -> set[str]:
+    """The resources whose deletion the instance said failed (kopf's handler, or its sweep of a
+    terminating namespace): each is tried again."""
+    log = op.log()
+    failed = re.findall(rf"\[Tiny {ns}/(\S+)\] Handler '[^']*/delete' failed", log)
+    failed += re.findall(rf"cannot finish deleting {ns}/(\S+):", log)
+    return set(failed)
+
+
+def uninstalls(op: OperatorProcess) -> list[str]:
+    """The releases the instance ran ``helm uninstall`` for, one entry per helm process."""
+    return [m.group(1) for line in op.helm_calls() if (m := re.match(r"uninstall (\S+)", line))]
+
+
+def runs(op: OperatorProcess) -> float:
+    """Scheduled backups the instance finished (its metrics)."""
+    return summed(op.metrics_port, "helm_operator_day2_runs_total", "schedule/backup")
 
 
 def cached(op: OperatorProcess, kind: str) -> float:
     """Objects of ``kind`` in the instance's dependent-watch cache (its metrics)."""
-    samples = metrics(op.metrics_port).items()
-    return sum(v for k, v in samples if k.startswith("helm_operator_dependent_cache_objects{") and kind in k)
+    return summed(op.metrics_port, "helm_operator_dependent_cache_objects", kind)
 
 
 def selectors(cluster: DevCluster, ns: str | None, resource: str) -> set[str]:
@@ -208,6 +234,9 @@ def test_two_static_shards_each_serve_their_own_half_and_a_relabelled_one_moves_
         timeout=120,
         what="b's upgrade of the new spec",
     )
+    # Its upgrade done (it waits for readiness): a ConfigMap deleted under a running upgrade fails
+    # Helm's wait, and the retry is a second upgrade.
+    res.wait_condition(TINY, "a-07", "Ready", timeout=120)
     cluster.kubectl("delete", "configmap", "a-07-config", "-n", ns)
     eventually(
         lambda: res.exists("configmap", "a-07-config"), timeout=120, what="b recreates the deleted ConfigMap"
@@ -222,4 +251,74 @@ def test_two_static_shards_each_serve_their_own_half_and_a_relabelled_one_moves_
     cluster.kubectl("delete", "namespace", ns, "--wait=true", timeout=240)
     finished = {"a": sorted(set(names["a"]) - {"a-07"}), "b": sorted([*names["b"], "a-07"])}
     for shard in ("a", "b"):
-        assert deletions(shards[shard], ns) == finished[shard], (shard, shards[shard].log()[-3000:])
+        seen = deletions(shards[shard], ns)
+        assert seen == finished[shard], (shard, seen, shards[shard].log()[-3000:])
+        # Helm uninstalls by its own instance only (none when the namespace controller deleted the
+        # release record first), one per release unless the instance said the first one failed: a
+        # helm that times out on a loaded machine is tried again, never run twice for nothing.
+        done = uninstalls(shards[shard])
+        assert set(done) <= set(finished[shard]), (shard, done)
+        repeated = {r for r in done if done.count(r) > 1}
+        failed = failed_deletions(shards[shard], ns)
+        assert repeated <= failed, (shard, done, failed, shards[shard].log()[-3000:])
+
+
+def test_a_resource_moved_between_two_scheduled_runs_neither_repeats_nor_skips_a_slot(
+    shards: dict[str, OperatorProcess], cluster: DevCluster, sharded_ns: str
+) -> None:
+    ns = f"{sharded_ns}-day2"
+    cluster.kubectl("create", "namespace", ns)
+    res, name = Resources(cluster, ns), "moved"
+
+    def labelled(shard: str) -> dict[str, Any]:
+        body = pg(name, backup={"schedule": "* * * * *", "maxBackups": 5})
+        return {**body, "metadata": {**body["metadata"], "labels": {SHARD_LABEL: shard}}}
+
+    res.apply(labelled("a"))
+    res.wait_condition(PG, name, "Ready", timeout=180)
+    seen: list[str] = []
+
+    def next_run() -> str | None:
+        new = [b for b in backups(res, name) if b not in seen]
+        return new[0] if new else None
+
+    seen.append(eventually(next_run, timeout=130, what="the first scheduled backup (shard a)"))
+    statefulset = res.get("statefulset", name) or {}
+    owner = statefulset["metadata"]["labels"][OWNER_LABEL]
+
+    def pods_watched() -> dict[str, float] | None:
+        """The Pods each instance's watch hooks watch, when they are the owner's on its shard alone
+        (no shard label reaches pod templates: a shard names the owners it holds)."""
+        out = cluster.kubectl("get", "pods", "-n", ns, "-l", f"{OWNER_LABEL}={owner}", "-o", "name")
+        count = len(out.stdout.split())
+        held = {
+            s: summed(op.metrics_port, "helm_operator_hook_watch_objects", "Pod.") for s, op in shards.items()
+        }
+        return held if count and sorted(held.values()) == [0, count] else None
+
+    assert eventually(pods_watched, timeout=30, what="a watching the Pods")["a"] > 0
+    cluster.kubectl("label", PG, name, "-n", ns, f"{SHARD_LABEL}=b", "--overwrite")
+    eventually(
+        lambda: f"{name} left this instance's selector" in shards["a"].log(), timeout=60, what="a lets go"
+    )
+    for _ in range(2):
+        seen.append(
+            eventually(next_run, timeout=130, what=f"the scheduled backup after {seen[-1]} (shard b)")
+        )
+
+    assert eventually(pods_watched, timeout=30, what="b watching the Pods, a none")["b"] > 0
+    # One slot a minute, none twice and none skipped, across the move.
+    slots = [dt.datetime.strptime(b.rsplit("-", 1)[1], "%Y%m%d%H%M").replace(tzinfo=dt.UTC) for b in seen]
+    assert [s - slots[0] for s in slots] == [dt.timedelta(minutes=i) for i in range(3)], seen
+    started = [e["message"] for e in res.events(name) if e["reason"] == "BackupStarted"]
+    for b in seen:
+        assert sum(b in m for m in started) == 1, (b, started)
+        assert b in jobs(res), b
+    # The first run was a's, the later two b's (each instance counts the runs it finished).
+    assert {s: runs(shards[s]) for s in "ab"} == {"a": 1, "b": 2}
+    state = ((res.get(PG, name) or {}).get("status") or {})["day2"]["schedules"]["backup"]
+    assert ts(state["lastScheduleTime"]) == slots[-1], state
+    # The move upgraded the release's labels, not its Pods.
+    moved = res.get("statefulset", name) or {}
+    assert moved["metadata"]["labels"][SHARD_LABEL] == "b"
+    assert moved["metadata"]["generation"] == statefulset["metadata"]["generation"]

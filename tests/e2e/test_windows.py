@@ -96,8 +96,13 @@ def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_a
     res.cluster.kubectl("annotate", MEMCACHED, "win", "-n", res.ns, f"{WINDOW_OVERRIDE_ANNOTATION}=change-1")
     eventually(lambda: revision(helm4, res.ns, "win") == 3, timeout=30, what="the overridden change applied")
     assert updated(helm4, res.ns, "win").second > OPEN_FOR, "applied by the override, not by the window"
-    overridden = [e for e in res.events("win") if e["reason"] == "WindowOverridden"]
-    assert overridden and "change-1" in overridden[0]["message"], overridden
+    # The Event comes with the action's outcome, after Helm has stored the revision.
+    overridden = eventually(
+        lambda: [e for e in res.events("win") if e["reason"] == "WindowOverridden"],
+        timeout=30,
+        what="the WindowOverridden Event",
+    )
+    assert "change-1" in overridden[0]["message"], overridden
     record = eventually(
         lambda: ((res.get(MEMCACHED, "win") or {})["status"].get("maintenance") or {}).get("lastOverride"),
         timeout=30,

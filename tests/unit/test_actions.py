@@ -73,9 +73,10 @@ class FakeHelm:
     async def rollback(self, *args: Any, **kwargs: Any) -> None:
         self._maybe_fail("rollback")
 
-    async def uninstall(self, *args: Any, **kwargs: Any) -> None:
+    async def uninstall(self, *args: Any, **kwargs: Any) -> bool:
         self._maybe_fail("uninstall")
         self.core.revisions = []
+        return True
 
 
 def act(action: Action, helm: FakeHelm, before_revisions: list[tuple[int, str]] | None = None) -> Any:

@@ -23,7 +23,10 @@ from bench.measure import (
     parse_status_kib,
     process_tree,
 )
+from bench.ring import report as ring_report
+from bench.ring import twice_or_lost
 from bench.sdk import go_directive, kubernetes_version, replace_lines
+from bench.sharding import per_instance
 
 # -- statistics -----------------------------------------------------------------------------
 
@@ -555,3 +558,56 @@ def test_runtime_env_pins_the_runtime_closure_without_the_test_extras(tmp_path: 
 def test_runtime_env_names_a_missing_dependency(tmp_path: Path) -> None:
     with pytest.raises(runtime_env.RuntimeEnvError, match="no-such-package-xyz"):
         runtime_env.closure(["No_Such.Package-xyz>=1"])
+
+
+def test_pod_room_counts_ready_schedulable_nodes_less_the_pods_still_running_on_them() -> None:
+    from bench.cluster import pod_room
+
+    def node(name: str, pods: int, ready: bool = True, cordoned: bool = False) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name},
+            "spec": {"unschedulable": cordoned},
+            "status": {
+                "allocatable": {"pods": str(pods)},
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+
+    def pod(on: str | None, phase: str = "Running") -> dict[str, Any]:
+        return {"spec": {"nodeName": on}, "status": {"phase": phase}}
+
+    nodes = [node("a", 110), node("b", 110), node("down", 110, ready=False), node("c", 110, cordoned=True)]
+    pods = [pod("a"), pod("a", "Succeeded"), pod("b", "Pending"), pod(None, "Pending"), pod("down")]
+    assert pod_room(nodes, pods) == 220 - 2  # a's running Pod and b's bound one; the rest take no room
+
+
+def test_ring_moves_count_a_release_upgraded_twice_and_a_change_lost() -> None:
+    before = {"a": 2, "b": 2, "c": 2, "d": 2}
+    after = {"a": 3, "b": 4, "c": 2, "d": 2, "e": 1}  # b twice; c lost; d unchanged, as it should be
+    assert twice_or_lost(before, after, ["a", "b", "c"]) == (["b", "e"], ["c"])
+    assert twice_or_lost(before, {**before, "a": 4}, ["a", "a"]) == ([], [])  # two changes, two revisions
+
+
+def test_shard_tables_give_a_run_s_cells_once_and_each_instance_its_share() -> None:
+    settled = {"s0": ((104.0, 120.0), 2.0, 42.0), "s1": ((106.0, 121.0), 2.5, 48.0)}
+    one = per_instance({"s0": ((110.0, 130.0), 4.0, 90.0)}, {"s0": 6.0}, {"s0": 30})
+    two = per_instance(settled, {"s0": 3.0, "s1": 3.5}, {"s0": 14, "s1": 16})
+    assert [i["share"] for i in two] == [14, 16] and two[1]["cpu_s"] == 3.5 and two[1]["cpu_install_s"] == 2.5
+    assert "share" not in per_instance(settled, {"s0": 3.0, "s1": 3.5})[0]  # static shards: by label
+    runs = [
+        {
+            "k": k,
+            "n": 30,
+            "converge_s": 9.0,
+            "wave_s": 11.0,
+            "idle_requests_per_resource_min": 0.9,
+            "instances": i,
+        }
+        for k, i in ((1, one), (2, two))
+    ]
+    text = ring_report(runs, "m", background=100, settle=75)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "instance" not in line]
+    assert rows[1] == "| 2 | 30 | 9.0 | 11.0 | 0.90 | s0 | 14 | 104.0 | 120.0 | 3.0 | 42 |"
+    assert rows[2] == "| | | | | | s1 | 16 | 106.0 | 121.0 | 3.5 | 48 |"
+    # 42/90 and 48/90 of one instance's cache, 3 objects per resource served either way.
+    assert "cached objects 0.47 to 0.53 of one instance's" in text and "3.00 to 3.00 per resource" in text

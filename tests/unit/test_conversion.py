@@ -15,7 +15,7 @@ import pytest
 
 from helm_operator.adapters import certs
 from helm_operator.hooks import Hooks
-from helm_operator.hooks.conversion import ConversionError, Kind, convert, missing, review, way
+from helm_operator.hooks.conversion import ConversionError, Kind, convert, differing, missing, review, way
 from helm_operator.hooks.errors import HookLoadError
 from helm_operator.hooks.loader import load
 from helm_operator.runtime.webhook import Material, WebhookSettings, _renewed, _Server
@@ -95,6 +95,26 @@ def test_a_failing_converter_fails_the_review_naming_object_and_converter() -> N
     assert "converts no X of group 'x.io'" in other["response"]["result"]["message"]
 
 
+def test_a_converter_failing_inside_a_library_is_located_in_its_own_module() -> None:
+    def up(o: dict[str, Any]) -> dict[str, Any]:
+        o["spec"] = json.loads(o["metadata"]["annotations"]["kept"])  # the line named
+        return o
+
+    def lazy(o: dict[str, Any]) -> dict[str, Any]:
+        o["spec"] = {}
+        return None  # type: ignore[return-value]
+
+    kind = Kind("g.io", "Greeting", "v2", {("v1", "v2"): up, ("v2", "v1"): lazy})
+    line = up.__code__.co_firstlineno + 1
+    broken = {**obj("v1", {}), "metadata": {"name": "a", "annotations": {"kept": "not json"}}}
+    with pytest.raises(ConversionError, match=rf"\(up, test_conversion.py:{line}\) failed: JSONDecodeError"):
+        convert(kind, broken, "v2")
+    with pytest.raises(
+        ConversionError, match=r"\(lazy, test_conversion.py:\d+\) returned NoneType, not the object"
+    ):
+        convert(kind, obj("v2", {}), "v1")
+
+
 def test_converters_must_be_plain_functions_of_one_argument(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
@@ -170,3 +190,33 @@ def test_the_harness_round_trips_the_sample_converters_without_loss() -> None:
     assert v1["spec"] == {"message": "hi"} and v1["metadata"]["annotations"]["team"] == "x"
     with pytest.raises(ConversionError, match="has no v1 form"):
         converted(sample, {**v2, "spec": {"greeting": {"text": "boom"}}}, "v1", hub="v2")
+
+
+def test_served_versions_with_different_schemas_need_converters() -> None:
+    schema = {"openAPIV3Schema": {"type": "object"}}
+    other = {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object"}}}}
+    one = [{"name": "v1", "served": True, "schema": schema}]
+    assert differing(one) == []
+    same = [*one, {"name": "v2", "served": True, "schema": schema}]
+    assert differing(same) == []  # relabelling loses nothing
+    changed = [*one, {"name": "v2", "served": True, "schema": other}]
+    assert differing(changed) == ["v1", "v2"]
+    retired = [*one, {"name": "v0", "served": False, "schema": other}]
+    assert differing(retired) == []
+
+
+def test_a_refused_conversion_is_logged_once_a_minute_however_often_it_is_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from helm_operator.runtime import webhook
+
+    server = webhook._Server(("127.0.0.1", 0), ssl.create_default_context(ssl.Purpose.CLIENT_AUTH), {})
+    try:
+        with caplog.at_level("WARNING", logger=webhook.__name__):
+            for _ in range(50):
+                server.refused("Greeting ns/a: converter v1 -> v2 (up, greeting.py:12) failed: KeyError")
+            server.refused("Greeting ns/b: another failure")
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 2 and "ns/a" in lines[0] and "ns/b" in lines[1], lines
+    finally:
+        server.server_close()

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import tarfile
+from itertools import permutations
 from pathlib import Path
 from typing import Any
 
@@ -530,6 +531,7 @@ def test_a_second_version_joins_the_crd_and_the_storage_version_stays(tmp_path: 
     assert entries[0]["plural"] == "demoz"
     (note,) = outcome.notes
     assert "stores v1" in note and "@hooks.convert" in note and "charts/demo" in note, note
+    assert "add hooks: hooks/demo.py to the entry" in note, note  # the entry names no module yet
     doc = yaml.safe_load((project / "crds/demoz.demo.example.com.yaml").read_text())
     assert doc["spec"]["names"]["plural"] == "demoz"
     served = {v["name"]: v for v in doc["spec"]["versions"]}
@@ -539,7 +541,102 @@ def test_a_second_version_joins_the_crd_and_the_storage_version_stays(tmp_path: 
     }
     v2 = served["v2"]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert v2 == {"a": {"type": "integer"}, "b": {"type": "string"}}
-    assert (project / "samples/demo-v2.yaml").is_file()
+    # Its own object: applying both samples does not overwrite the v1 one.
+    assert (
+        yaml.safe_load((project / "samples/demo-v2.yaml").read_text())["metadata"]["name"] == "demo-v2-sample"
+    )
+    assert yaml.safe_load((project / "samples/demo.yaml").read_text())["metadata"]["name"] == "demo-sample"
+
+
+CONVERTERS = """from helm_operator.hooks import Hooks
+
+hooks = Hooks()
+{body}
+"""
+
+
+def converter(source: str, target: str) -> str:
+    name = f"{source}_to_{target}"
+    return f'\n@hooks.convert("{source}", "{target}")\ndef {name}(obj: dict) -> dict:\n    return obj\n'
+
+
+def test_a_third_version_names_every_converter_still_missing_from_the_hook_module(tmp_path: Path) -> None:
+    charts = [write_chart(tmp_path / f"c{i}", {"a": 1, f"x{i}": i}) for i in range(3)]
+    project = tmp_path / "p"
+    create(Request("demo.example.com", "v1", "Demo", str(charts[0]), project=project))
+    (note,) = create(Request("demo.example.com", "v2", "Demo", str(charts[1]), project=project)).notes
+    assert "the CRD serves v1, v2 and stores v1" in note and "for v1 -> v2, v2 -> v1 (" in note, note
+    (project / "hooks").mkdir()
+    module = project / "hooks/demo.py"
+    module.write_text(CONVERTERS.format(body=converter("v1", "v2") + converter("v2", "v1")))
+    text = (project / "watches.yaml").read_text()
+    (project / "watches.yaml").write_text(text + "  hooks: hooks/demo.py\n")
+    # v3 the hub: v1 and v2 each need their own way to and from v3; the module's v1 <-> v2 does not help.
+    (note,) = create(Request("demo.example.com", "v3", "Demo", str(charts[2]), project=project)).notes
+    assert "the CRD serves v1, v2, v3 and stores v1" in note, note
+    assert "its hook module hooks/demo.py for v1 -> v3, v2 -> v3, v3 -> v1, v3 -> v2 (" in note, note
+    module.write_text(
+        CONVERTERS.format(body="".join(converter(a, b) for a, b in permutations(("v1", "v2", "v3"), 2)))
+    )
+    assert missing_note(project, "v4", charts[0]).endswith(
+        "for v1 -> v4, v2 -> v4, v3 -> v4, v4 -> v1, v4 -> v2, v4 -> v3 (each served version to and from the "
+        "watch's version, v4): until then the operator refuses to start, naming them (README: Evolving an "
+        "API). v3's chart stays in charts/demo-v3 until you remove it"
+    )
+
+
+def missing_note(project: Path, version: str, chart: Path) -> str:
+    (note,) = create(Request("demo.example.com", version, "Demo", str(chart), project=project)).notes
+    return str(note)
+
+
+def test_without_a_module_only_the_pairs_with_the_new_hub_are_asked_for(tmp_path: Path) -> None:
+    charts = [write_chart(tmp_path / f"c{i}", {"a": 1, f"x{i}": i}) for i in range(3)]
+    project = tmp_path / "p"
+    for i, chart in enumerate(charts):
+        outcome = create(Request("demo.example.com", f"v{i + 1}", "Demo", str(chart), project=project))
+    (note,) = outcome.notes
+    assert "for v1 -> v3, v2 -> v3, v3 -> v1, v3 -> v2 (" in note, note  # v1 <-> v2 goes through v3
+
+
+def test_a_module_with_every_converter_is_said_to_convert(tmp_path: Path) -> None:
+    one, two = write_chart(tmp_path / "one", {"a": 1}), write_chart(tmp_path / "two", {"b": 1})
+    project = tmp_path / "p"
+    create(Request("demo.example.com", "v1", "Demo", str(one), project=project))
+    (project / "hooks").mkdir()
+    (project / "hooks/demo.py").write_text(
+        CONVERTERS.format(body=converter("v1", "v2") + converter("v2", "v1"))
+    )
+    (project / "watches.yaml").write_text((project / "watches.yaml").read_text() + "  hooks: hooks/demo.py\n")
+    (note,) = create(Request("demo.example.com", "v2", "Demo", str(two), project=project)).notes
+    assert "its hook module hooks/demo.py converts between every served version and v2." in note, note
+    assert "refuses" not in note, note
+
+
+def test_a_new_version_keeps_the_kind_as_its_crd_has_it_or_is_refused(tmp_path: Path) -> None:
+    one, two = write_chart(tmp_path / "one", {"a": 1}), write_chart(tmp_path / "two", {"b": 1})
+    project = tmp_path / "p"
+    create(Request("demo.example.com", "v1", "Demo", str(one), project=project))
+    create(Request("demo.example.com", "v2", "Demo", str(two), project=project))
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    crd_file = project / "crds/demos.demo.example.com.yaml"
+    with pytest.raises(ApiError, match=rf"{crd_file}: Demo already serves v1; create-api --version adds"):
+        create(Request("demo.example.com", "v1", "Demo", str(one), project=project))
+    with pytest.raises(ApiError, match=r"--plural demoz: Demo is served as demos .* leave --plural out"):
+        create(Request("demo.example.com", "v3", "Demo", str(one), project=project, plural="demoz"))
+    with pytest.raises(ApiError, match=r"--cluster-scoped: Demo is Namespaced .* leave --cluster-scoped out"):
+        create(
+            Request(
+                "demo.example.com", "v3", "Demo", str(one), project=project, cluster_scoped=True,
+                release_namespace="x",
+            )
+        )  # fmt: skip
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
+    crd_file.unlink()
+    with pytest.raises(
+        ApiError, match=r"crds: no CRD file defines Demo \(demo.example.com\), so the versions"
+    ):
+        create(Request("demo.example.com", "v3", "Demo", str(one), project=project))
 
 
 def test_a_packaged_chart_is_unpacked(tmp_path: Path) -> None:

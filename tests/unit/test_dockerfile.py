@@ -247,8 +247,16 @@ def test_deployment_is_hardened_and_probed() -> None:
     assert dep["spec"]["replicas"] == 2 and "--leader-elect" in c["args"]
     assert "--metrics-bind-address=:8080" in c["args"] and "--health-probe-bind-address=:8081" in c["args"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
         assert c[probe]["httpGet"]["path"] == path and ports[c[probe]["httpGet"]["port"]] == 8081
+    # Liveness waits for the first answer, not a fixed delay a loaded node outlasts; the budget for
+    # start-up is minutes.
+    assert "initialDelaySeconds" not in c["livenessProbe"]
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 120
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and sc["runAsNonRoot"] and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"]["drop"] == ["ALL"]
@@ -261,6 +269,21 @@ def test_deployment_is_hardened_and_probed() -> None:
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     sa = yaml.safe_load((REPO / "config/01-service-account.yaml").read_text())
     assert pod["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_the_conversion_service_reaches_replicas_that_are_not_ready_yet() -> None:
+    """A leader is ready once it has handled every resource, which needs the webhook when they
+    are stored in another version: its Service must not wait for readiness."""
+    svc = yaml.safe_load((REPO / "config/05-conversion-service.yaml").read_text())
+    dep = yaml.safe_load((REPO / "config/03-deployment.yaml").read_text())
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    (port,) = svc["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in c["ports"]}
+    assert f"--conversion-service={svc['metadata']['namespace']}/{svc['metadata']['name']}:443" in c["args"]
+    metrics = yaml.safe_load((REPO / "config/04-metrics-service.yaml").read_text())
+    assert "publishNotReadyAddresses" not in metrics["spec"]
 
 
 def test_config_applies_in_order() -> None:

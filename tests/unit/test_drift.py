@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from typing import Any
 
 from helm_operator.config.watches import IgnoreRule
@@ -101,6 +102,14 @@ def test_service_ports_are_keyed_by_port() -> None:
     dry_run, live = copy.deepcopy(svc), copy.deepcopy(svc)
     live["spec"]["ports"][0]["targetPort"] = 9090
     assert changed_paths(dry_run, live) == ["/spec/ports[80,TCP]/targetPort"]
+
+
+def test_equal_objects_are_no_drift_whatever_their_key_order_and_a_reordered_list_is() -> None:
+    dry_run = server(DEPLOY)
+    live = json.loads(json.dumps(dict(reversed(list(dry_run.items())))))  # same content, keys reordered
+    assert changed_paths(dry_run, live) == []
+    args = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "args": ["a", "b"]}
+    assert changed_paths(args, {**args, "args": ["b", "a"]}) == ["/args/0", "/args/1"]
 
 
 def test_plain_lists_are_positional() -> None:

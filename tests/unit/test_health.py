@@ -23,6 +23,10 @@ def test_deployments_statefulsets_daemonsets() -> None:
     assert why_unready(obj("StatefulSet", {"replicas": 2}, {**sts, "updateRevision": "b"})) == (
         "rolling out a new revision"
     )
+    # OnDelete: the controller never moves currentRevision nor restarts anyone; ready members count.
+    on_delete = {"replicas": 2, "updateStrategy": {"type": "OnDelete"}}
+    assert why_unready(obj("StatefulSet", on_delete, {**sts, "updateRevision": "b"})) is None
+    assert why_unready(obj("StatefulSet", on_delete, {**sts, "readyReplicas": 1})) == "1/2 replicas ready"
     ds = {"observedGeneration": 1, "desiredNumberScheduled": 2, "numberReady": 1, "updatedNumberScheduled": 2}
     assert why_unready(obj("DaemonSet", {}, ds)) == "1/2 Pods ready, 2 updated"
 

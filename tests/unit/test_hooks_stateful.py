@@ -18,7 +18,7 @@ from helm_operator.core.naming import OWNER_LABEL, owner_id
 from helm_operator.hooks import Context, Hooks, InvalidSpec
 from helm_operator.hooks.builtin import failover
 from helm_operator.hooks.builtin.primary import Election, Member, elect, switch
-from helm_operator.hooks.context import ExecFailed
+from helm_operator.hooks.context import ExecFailed, Release
 from helm_operator.hooks.loader import load
 from helm_operator.hooks.schedule import TaskState, check_interval, decide, run_name, slot_after
 from helm_operator.hooks.testing import Harness, complete_jobs
@@ -506,3 +506,34 @@ def test_a_member_that_does_not_answer_is_not_waited_for(monkeypatch: pytest.Mon
     started = time.monotonic()
     assert asyncio.run(h.run("action", name="switchover", argument="db-1")).ok
     assert time.monotonic() - started < 5 and roles(h) == {"db-0": "replica", "db-1": "primary"}
+
+
+def _deployed(image: str) -> Release:
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "prod"},
+        "spec": {"template": {"spec": {"containers": [{"name": "postgres", "image": image}]}}},
+    }
+    return Release("db", "prod", 3, "deployed", [sts])
+
+
+@pytest.mark.parametrize(
+    ("running", "wanted", "refused"),
+    [("15", "15.14", None), ("15.14", "15.20", None), ("15.14", "15", None), ("15.14", "16", "15.14 to 16")],
+)
+def test_a_major_version_change_is_refused_before_the_upgrade_and_a_minor_one_goes_ahead(
+    running: str, wanted: str, refused: str | None
+) -> None:
+    h = Harness(
+        load("hooks/postgresqlcluster.py", ROOT),
+        {**PG, "spec": {**PG["spec"], "version": wanted}},
+        release=_deployed(f"localhost/postgres:{running}"),
+    )
+    out = asyncio.run(h.before("upgrade", "refuse_major_change"))
+    if refused is None:
+        assert out.ok, out.result
+    else:
+        assert not out.ok and out.result.reason == "InvalidSpec", out.result
+        assert f"spec.version: {refused} changes the major version" in out.result.message
+        assert f"the cluster keeps running {running}" in out.result.message

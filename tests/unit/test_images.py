@@ -3,6 +3,7 @@ archives containerd imports, the apt mirror, and the operator image's input dige
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import tarfile
@@ -15,20 +16,19 @@ from helm_operator.dev import images
 REPO = Path(__file__).resolve().parents[2]
 
 
-def plan(**changed: str) -> dict[str, images.Recipe]:
+def plan(**changed: object) -> dict[str, images.Recipe]:
     args = {
         "mirror": "http://deb.debian.org/debian",
         "go_version": "go version go1.26.8 linux/amd64",
-        "etcd_version": "v3.6.16",
+        "etcd_versions": ("v3.6.16", "v3.7.3"),
         "pause_source": "p1",
         "postgres_entrypoint": "e1",
-        "etcd_binaries": "v3.6.16",
         "operator_sources": "s1",
     }
     return images.recipes(**{**args, **changed})
 
 
-def keys(**changed: str) -> dict[str, str]:
+def keys(**changed: object) -> dict[str, str]:
     return {ref: r.key for ref, r in plan(**changed).items()}
 
 
@@ -38,8 +38,22 @@ def test_every_image_has_the_name_pods_use() -> None:
         "localhost/helm-operator/debian:bookworm",
         "localhost/helm-operator/postgres:15",
         "localhost/helm-operator/etcd:v3.6.16",
+        "localhost/helm-operator/etcd:v3.7.3",
         "localhost/helm-operator/operator:dev",
     }
+
+
+def test_each_etcd_image_carries_its_own_versions_binaries() -> None:
+    for version in ("v3.6.16", "v3.7.3"):
+        recipe = plan()[images.etcd_ref(version)]
+        assert recipe.copies == ((f"etcd-binaries:{version}", "/usr/local/bin/"),)
+        assert ("etcd", version) in recipe.inputs
+
+
+def test_the_bootstrap_pins_the_etcd_versions_the_images_are_built_for() -> None:
+    pinned = images.etcd_versions()
+    assert len(pinned) == 2 and pinned[0] != pinned[1], pinned
+    assert [images.etcd_ref(v) for v in pinned] == [r for r in images.default_refs() if "/etcd:" in r]
 
 
 def test_postgres_keeps_the_public_images_contract() -> None:
@@ -60,7 +74,11 @@ def test_postgres_keeps_the_public_images_contract() -> None:
         ({"operator_sources": "s2"}, {images.OPERATOR}),
         ({"pause_source": "p2"}, {images.PAUSE}),
         ({"postgres_entrypoint": "e2"}, {images.POSTGRES}),
-        ({"etcd_binaries": "other"}, {"localhost/helm-operator/etcd:v3.6.16"}),
+        # Another etcd version is another image; the other version's is kept.
+        (
+            {"etcd_versions": ("v3.6.15", "v3.7.3")},
+            {"localhost/helm-operator/etcd:v3.6.15", "localhost/helm-operator/etcd:v3.6.16"},
+        ),
         # The mirror is what every Debian-based image (and so the operator's bases) is made from.
         ({"mirror": "http://mirror.example/debian"}, set(plan()) - {images.PAUSE}),
         # Go builds pause, and the operator's Go stage runs on the machine's toolchain.
@@ -71,10 +89,10 @@ def test_postgres_keeps_the_public_images_contract() -> None:
     ],
 )
 def test_a_key_changes_exactly_when_an_input_of_that_image_does(
-    change: dict[str, str], rebuilt: set[str]
+    change: dict[str, object], rebuilt: set[str]
 ) -> None:
     before, after = keys(), keys(**change)
-    assert {ref for ref in before if before[ref] != after[ref]} == rebuilt
+    assert {ref for ref in before.keys() | after.keys() if before.get(ref) != after.get(ref)} == rebuilt
 
 
 def test_keys_are_stable_and_archive_names_carry_them() -> None:
@@ -213,3 +231,21 @@ def test_a_layout_from_another_tool_gets_the_name_containerd_reads(tmp_path: Pat
     (entry,) = index["manifests"]
     assert entry["annotations"] == {images.NAME_ANNOTATION: images.OPERATOR, images.REF_ANNOTATION: "dev"}
     assert entry["digest"] == "sha256:abc"
+
+
+def test_an_image_tagged_also_is_one_manifest_under_two_names(tmp_path: Path) -> None:
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as t:
+        t.add(__file__, "hello")
+    out = tmp_path / "image.tar"
+    images.write_archive(layer, images.RunConfig(), "localhost/x/pg:15", out, also=("localhost/x/pg:15.14",))
+    assert images.names(out) == ["localhost/x/pg:15", "localhost/x/pg:15.14"]
+    with tarfile.open(out) as t:
+        member = t.extractfile("index.json")
+        assert member is not None
+        entries = json.loads(member.read())["manifests"]
+    assert len({e["digest"] for e in entries}) == 1  # the same image: nothing stored twice
+    # The PostgreSQL image says its exact version; a new command is a new archive.
+    pg = plan()[images.POSTGRES]
+    assert "postgres --version" in pg.tag_also
+    assert dataclasses.replace(pg, tag_also="echo 15.99").key != pg.key

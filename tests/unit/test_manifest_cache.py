@@ -66,7 +66,22 @@ def test_caches_keep_the_most_recently_used_revisions_within_their_bounds(
     manifest_ids(release(12))  # used again: kept, the oldest others go
     manifest_ids(release(15))
     assert list(check._IDS) == [("ns", "web", 14), ("ns", "web", 12), ("ns", "web", 15)]
-    assert len(check._PARSED) == 2
+    assert list(check._PARSED) == [("ns", "web", 15)]  # whole objects: the newest revision alone
+    for name in ("a", "b", "c"):
+        manifest_objects(release(1, name))
+    assert list(check._PARSED) == [("ns", "b", 1), ("ns", "c", 1)]
+
+
+def test_a_new_revision_s_objects_replace_the_older_revisions_of_the_same_release() -> None:
+    """An upgraded release is never compared with its older revisions again: at 1000 releases,
+    keeping them would hold ~10 KiB a release for nothing and push current ones out."""
+    check._PARSED.clear()
+    manifest_objects(release(1, "web"))
+    manifest_objects(release(1, "api"))
+    manifest_objects(release(2, "web"))
+    assert list(check._PARSED) == [("ns", "api", 1), ("ns", "web", 2)]
+    manifest_objects(release(2, "web"))  # the same revision again: parsed once
+    assert list(check._PARSED) == [("ns", "api", 1), ("ns", "web", 2)]
 
 
 def test_a_revision_whose_objects_were_named_at_its_post_render_is_not_parsed() -> None:

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import io
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -250,3 +252,208 @@ def test_the_objects_named_are_those_helm_keeps_in_the_manifest() -> None:
     code, _, _, objects = postrender._render(argv_for("o", None, "ns", None, NOT_ENFORCED), stream)
     assert code == 0
     assert objects == (ObjectId("v1", "ConfigMap", None, "a"), ObjectId("v1", "ConfigMap", "ns", "elsewhere"))
+
+
+def test_a_controller_reference_is_ours_unless_the_object_already_has_a_controller() -> None:
+    """In a ControllerRing the resource controls what its chart creates (the sharder keys them to
+    its shard by that reference); an object the chart gave a controller of its own keeps it."""
+    ref = {**REF, "controller": True}
+    mine = mark([cm("c")], "o", ref, "ns", SCOPES)[0]["metadata"]["ownerReferences"]
+    assert mine == [ref]
+    other = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-9", "controller": True}
+    owned = cm("d")
+    owned["metadata"]["ownerReferences"] = [other]
+    refs = mark([owned], "o", ref, "ns", SCOPES)[0]["metadata"]["ownerReferences"]
+    assert refs == [other, REF], refs
+
+
+TRICKY = """\
+---
+# Source: web/templates/deployment.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web, "version": "1.0"}
+  annotations:
+    note: "ünïcode, a: colon"
+spec:
+  replicas: 3
+  selector:
+    matchLabels: &sel {app: web}
+  template:
+    metadata:
+      labels: *sel
+    spec:
+      containers:
+        - name: web
+          image: "nginx:1.25"
+          args: ["--port", "8080", "yes", "0x1F", "1e3"]
+          env:
+            - {name: N, value: "3"}
+            - name: SCRIPT
+              value: |
+                set -e
+                echo "a && b"
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: tick
+  labels:
+spec:
+  schedule: "*/5 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec: {restartPolicy: Never, containers: [{name: t, image: busybox}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: hook
+  annotations: {"helm.sh/hook": pre-install}
+spec:
+  template:
+    metadata: ~
+    spec: {restartPolicy: Never, containers: [{name: h, image: busybox}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: plain}
+spec: {template: {spec: {restartPolicy: Never, containers: [{name: p, image: busybox}]}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: kept
+  annotations: {helm.sh/resource-policy: keep}
+data: {"1": one, "true": "false", empty: "", nothing: null, date: 2024-01-01}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: owned
+  ownerReferences:
+    - {apiVersion: v1, kind: ConfigMap, name: other, uid: other-uid, controller: true}
+    - {apiVersion: app.example.com/v1, kind: AppService, name: a, uid: u-1}
+stringData: {k: v}
+---
+# a comment only
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Cluster
+  names: {kind: Widget, plural: widgets}
+  versions: [{name: v1, served: true, storage: true}]
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: elsewhere
+  namespace: other
+spec: {ports: [{port: 80}]}
+"""
+
+
+def _both_paths(monkeypatch: pytest.MonkeyPatch, argv: list[str], stream: str) -> tuple[Any, Any]:
+    """The render on YAML nodes (the usual path) and on Python objects (the fallback)."""
+    nodes = postrender._render(argv, stream.encode())
+    with monkeypatch.context() as m:
+
+        def unusual(manifest: bytes) -> Any:
+            raise postrender._Unusual
+
+        m.setattr(postrender, "_documents", unusual)
+        objects = postrender._render(argv, stream.encode())
+    return nodes, objects
+
+
+@pytest.mark.parametrize("shard", ["", "blue"])
+def test_the_node_path_marks_exactly_as_the_object_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shard: str
+) -> None:
+    """Every object, pod template, kept object, existing controller and scope of the tricky stream
+    comes out of the node path as the object path makes it: the same values once loaded (what
+    Helm applies), the same objects named for the release's manifest."""
+    scopes = tmp_path / "scopes.json"
+    scopes.write_text(json.dumps({**SCOPES, "batch/CronJob": True, "batch/Job": True, "/Service": True}))
+    argv = ["--owner", "o", "--namespace", "ns", f"--scopes={scopes}", f"--owner-ref={json.dumps(REF)}"]
+    (code, out, err, ids), (code2, out2, err2, ids2) = _both_paths(
+        monkeypatch, [*argv, f"--shard={shard}"], TRICKY
+    )
+    assert (code, err) == (code2, err2) == (0, "")
+    assert list(yaml.safe_load_all(out)) == list(yaml.safe_load_all(out2))
+    assert ids == ids2 and len(ids) == 9  # the hook Job is kept apart from the manifest
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(out)}
+    assert docs["web"]["spec"]["template"]["metadata"]["labels"][OWNER_LABEL] == "o"
+    assert docs["web"]["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "--port",
+        "8080",
+        "yes",
+        "0x1F",
+        "1e3",
+    ]
+    assert docs["tick"]["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"] == {OWNER_LABEL: "o"}
+    assert docs["hook"]["spec"]["template"]["metadata"]["labels"] == {OWNER_LABEL: "o"}
+    assert "metadata" not in docs["plain"]["spec"]["template"]  # a plain Job's template is immutable
+    assert (
+        "ownerReferences" not in docs["kept"]["metadata"]
+        and "ownerReferences" not in docs["reader"]["metadata"]
+    )
+    assert "ownerReferences" not in docs["w"]["metadata"]  # cluster-scoped by the CRD beside it
+    assert "ownerReferences" not in docs["elsewhere"]["metadata"]
+    refs = docs["owned"]["metadata"]["ownerReferences"]
+    assert [r["uid"] for r in refs] == ["other-uid", "u-1"] and "controller" not in refs[1]
+    assert docs["kept"]["data"] == {
+        "1": "one",
+        "true": "false",
+        "empty": "",
+        "nothing": None,
+        "date": dt.date(2024, 1, 1),
+    }
+    if shard:
+        assert all(d["metadata"]["labels"]["sharding.helm-operator.io/shard"] == shard for d in docs.values())
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  <<: {name: merged, labels: {a: b}}\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: twice, name: again}\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\nkind: ConfigMap\n",
+    ],
+    ids=["merge-key", "duplicate-key", "duplicate-top-key"],
+)
+def test_what_the_node_path_cannot_mark_exactly_goes_through_the_object_path(
+    monkeypatch: pytest.MonkeyPatch, stream: str
+) -> None:
+    argv = ["--owner", "o", "--namespace", "ns"]
+    with pytest.raises(postrender._Unusual):
+        postrender._documents(stream.encode())
+    (code, out, _, ids), (code2, out2, _, ids2) = _both_paths(monkeypatch, argv, stream)
+    assert code == code2 == 0 and out == out2 and ids == ids2
+    [doc] = list(yaml.safe_load_all(out))
+    assert doc["metadata"]["labels"][OWNER_LABEL] == "o"
+
+
+def test_a_violation_is_refused_on_the_node_path_too() -> None:
+    stream = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: kube-system}\n"
+    tenant = json.dumps({"enforce": True, "allowed_namespaces": [], "allow_cluster_scoped": False})
+    code, out, err, ids = postrender._render(
+        ["--owner", "o", "--namespace", "ns", f"--tenant={tenant}"], stream.encode()
+    )
+    assert (code, out, ids) == (EXIT_VIOLATION, b"", ())
+    assert "NamespaceViolation: ConfigMap/x targets namespace 'kube-system'" in err

@@ -401,6 +401,32 @@ def test_resources_are_matched_to_their_watch_and_namespace() -> None:
     assert parse_resources("crs.yaml", text, [WATCH, OTHER], "x")[0].namespace == "x"
 
 
+def test_a_resource_in_another_served_version_is_converted_to_the_watch_s_as_the_webhook_would() -> None:
+    from helm_operator.hooks.conversion import Kind
+
+    def up(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["spec"] = {"size": obj["spec"].pop("replicas")}
+        return obj
+
+    def down(obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["spec"]["size"] > 9:
+            raise ValueError("size over 9 has no v0 form")
+        obj["spec"] = {"replicas": obj["spec"].pop("size")}
+        return obj
+
+    kinds = {
+        ("shop.example", "Shop"): Kind("shop.example", "Shop", "v1", {("v0", "v1"): up, ("v1", "v0"): down})
+    }
+    text = "apiVersion: shop.example/v0\nkind: Shop\nmetadata: {name: a}\nspec: {replicas: 3}\n"
+    (found,) = parse_resources("crs.yaml", text, [WATCH], None, kinds)
+    assert found.watch is WATCH and found.doc["apiVersion"] == "shop.example/v1"
+    assert found.doc["spec"] == {"size": 3} and found.doc["metadata"]["name"] == "a"
+    with pytest.raises(InputError, match=r"document 1: Shop a: no converter from v2 to v1"):
+        parse_resources("crs.yaml", text.replace("/v0", "/v2"), [WATCH], None, kinds)
+    with pytest.raises(InputError, match=r"crs.yaml: document 1: .*converter v0 -> v1 \(up, .*KeyError"):
+        parse_resources("crs.yaml", text.replace("replicas", "count"), [WATCH], None, kinds)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -224,9 +224,12 @@ def test_the_sample_hooks_are_read_for_what_they_touch() -> None:
     sources = read_hook_sources("hooks/postgresqlcluster.py", REPO)
     files = [name for name, _ in sources]
     assert "helm_operator.hooks.builtin.backup" in files and "helm_operator.hooks.builtin.failover" in files
+    assert "helm_operator.hooks.builtin.rolling" in files
     grants = rbac.derive([watched(hooks=sources)], fake_render, no_discovery).grants
     p = policy(grants)
-    assert p[("", "pods")] == ["get", "list", "watch", "patch"]  # failover watch + relabelling
+    # failover watch + relabelling; a roll restarts an instance by deleting its Pod
+    assert p[("", "pods")] == ["get", "list", "watch", "patch", "delete"]
+    assert "get" in p[("apps", "statefulsets")]  # the roll reads its StatefulSet
     # backup Jobs, pruned; a verification lists the throw-away instances an interrupted one left
     assert p[("batch", "jobs")] == ["get", "list", "create", "delete"]
     assert p[("", "persistentvolumeclaims")] == ["get", "create"]  # the backups volume
@@ -477,3 +480,36 @@ def test_a_kind_with_converters_may_patch_its_own_crd_and_no_other() -> None:
     patch = [g for g in grants if g.resource == "customresourcedefinitions" and "patch" in g.verbs]
     assert [(g.names, g.verbs) for g in patch] == [((f"things.{CRD_GROUP}",), ("patch",))]
     assert not [g for g in derive() if g.resource == "customresourcedefinitions" and "patch" in g.verbs]
+
+
+def test_the_namespaced_kinds_a_chart_templates_are_what_its_resource_controls() -> None:
+    derived = rbac.derive(
+        [
+            watched(
+                obj("apps/v1", "Deployment"),
+                obj("v1", "ConfigMap"),
+                obj("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            )
+        ],
+        fake_render,
+        no_discovery,
+    )
+    (controlled,) = derived.controlled.values()
+    assert sorted((r.group, r.plural) for r in controlled) == [("", "configmaps"), ("apps", "deployments")]
+    tiny = ApiResource("g.example.com", "tinies", True)
+    ring, role, _ = rbac.controller_ring("r", [tiny], rbac.Identity(), {tiny: controlled})
+    assert ring["spec"]["resources"] == [
+        {
+            "group": "g.example.com",
+            "resource": "tinies",
+            "controlledResources": [
+                {"group": "", "resource": "configmaps"},
+                {"group": "apps", "resource": "deployments"},
+            ],
+        }
+    ]
+    assert [dict(r) for r in role["rules"]] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "patch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "patch"]},
+        {"apiGroups": ["g.example.com"], "resources": ["tinies"], "verbs": ["list", "patch"]},
+    ]

@@ -41,3 +41,34 @@ def test_the_harness_example_runs_as_written() -> None:
     test = namespace["test_failed_final_backup_blocks_uninstall"]
     assert callable(test)
     test()
+
+
+def test_the_converters_example_round_trips_what_the_old_schema_allowed(tmp_path: Path) -> None:
+    from helm_operator.hooks.testing import converted, round_trip
+
+    (tmp_path / "greeting.py").write_text(python_blocks("### Evolving an API")[0])
+    hooks = load("greeting.py", tmp_path)
+
+    def greeting(version: str, spec: dict[str, object] | None, **meta: object) -> dict[str, object]:
+        obj: dict[str, object] = {
+            "apiVersion": f"example.com/{version}",
+            "kind": "Greeting",
+            "metadata": {"name": "a", "namespace": "n", **meta},
+        }
+        return obj if spec is None else {**obj, "spec": spec}
+
+    for obj in (
+        greeting("v1", {"message": "hi"}),
+        greeting("v1", {}),
+        greeting("v1", None),
+        greeting("v1", {"message": "hi"}, annotations={"team": "a"}),
+    ):
+        assert round_trip(hooks, obj, through="v2", hub="v2") == obj
+    for obj in (
+        greeting("v2", {"greeting": {"text": "hi", "emphasis": True}}),
+        greeting("v2", {"greeting": {"emphasis": True}}),
+        greeting("v2", None),
+    ):
+        assert round_trip(hooks, obj, through="v1", hub="v2") == obj
+    # A v1 object without message leaves the chart's default alone.
+    assert converted(hooks, greeting("v1", {}), "v2", hub="v2")["spec"] == {}

@@ -16,11 +16,13 @@ from helm_operator.adapters.storage import decode_release, encode_release
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
+from helm_operator.release.identity import identify
 from helm_operator.release.record import ObjectId
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.idle import status_digest, unchanged
 from helm_operator.runtime.reconcile import reconcile
+from helm_operator.runtime.resyncs import kept
 from helm_operator.runtime.services import Runtime
 
 TINY = Path(__file__).resolve().parents[1] / "e2e/charts/tiny"
@@ -100,9 +102,11 @@ class FakeHelm:
             Revision(len(self.storage.revisions) + 1, "deployed", good.digest, good.owner)
         )
 
-    async def uninstall(self, *a: Any, **kw: Any) -> None:
+    async def uninstall(self, *a: Any, **kw: Any) -> bool:
         self.calls.append("uninstall")
+        found = bool(self.storage.revisions)
         self.storage.revisions = []
+        return found
 
     async def pull(self, chart: Any) -> Path:
         raise AssertionError("local charts are never pulled")
@@ -236,6 +240,11 @@ def settle(rt: Runtime, resource: Resource) -> str:
     return str(result.outcome.reason)
 
 
+def decided(rt: Runtime, resource: Resource) -> bool:
+    """A resync of ``resource`` decided from memory, as the sweep asks: with its status's digest."""
+    return asyncio.run(unchanged(rt, resource, status_digest(resource.status)))
+
+
 def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes(monkeypatch: Any) -> None:
     helm = FakeHelm(Storage())
     rt = runtime(helm)
@@ -250,24 +259,28 @@ def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes(mon
     rt = replace(rt, releases=index, drift=drift)
     resource = cr({"message": "hi"})
     settle(rt, resource)  # installs: an action is never remembered as settled
-    assert not asyncio.run(unchanged(rt, resource))
+    assert not decided(rt, resource)
     assert settle(rt, resource) == "ReconciliationSucceeded"
-    assert asyncio.run(unchanged(rt, resource))
-    assert not asyncio.run(unchanged(rt, replace(resource, generation=2)))  # the spec changed
-    assert not asyncio.run(unchanged(rt, replace(resource, status={"conditions": []})))  # not as written
+    assert decided(rt, resource)
+    # What the resync sweep keeps of it (no spec, no status, a digest of the status) decides alike.
+    slim, digest = kept(resource), status_digest(resource.status)
+    assert asyncio.run(unchanged(rt, slim, digest))
+    assert not asyncio.run(unchanged(rt, slim, status_digest({"conditions": []})))
+    assert not decided(rt, replace(resource, generation=2))  # the spec changed
+    assert not decided(rt, replace(resource, status={"conditions": []}))  # not as written
     quiet["drift"] = False  # an object of the release changed since its last check
-    assert not asyncio.run(unchanged(rt, resource))
+    assert not decided(rt, resource)
     quiet["drift"] = True
     secret = {"metadata": {"namespace": "ns", "name": "sh.helm.release.v1.t.v2", "labels": {"name": "t"}}}
     index.changed("ADDED", secret)  # someone ran helm by hand
-    assert not asyncio.run(unchanged(rt, resource))
+    assert not decided(rt, resource)
     assert settle(rt, resource) == "ReconciliationSucceeded"  # read the storage again
-    assert asyncio.run(unchanged(rt, resource))
+    assert decided(rt, resource)
     monkeypatch.setattr("helm_operator.runtime.idle.FULL_READ_EVERY", 0.0)  # too long on the watches alone
-    assert not asyncio.run(unchanged(rt, resource))
+    assert not decided(rt, resource)
     monkeypatch.undo()
     index.lost(None)  # the storage watch broke: nothing is trusted
-    assert not asyncio.run(unchanged(rt, resource))
+    assert not decided(rt, resource)
     assert helm.calls == ["upgrade"]
 
 
@@ -330,3 +343,48 @@ def test_no_drift_or_no_comparison_decides_nothing() -> None:
         result = run(rt, resource)
         assert result.outcome.reason == "ReconciliationSucceeded" and result.drift == found
         assert not result.announced and helm.calls == ["upgrade"]
+
+
+def test_a_record_deleted_during_the_uninstall_still_deletes_what_lies_outside_the_namespace() -> None:
+    """The namespace controller may delete Helm's release Secret between our read of it and Helm's:
+    Helm then finds no record and deletes nothing, so the cluster-scoped objects are found by the
+    owner label and deleted, as when the record was gone before."""
+    from helm_operator.runtime.reconcile import finalize
+
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    watch = replace(WATCH, allow_cluster_scoped=True)
+    assert run(rt, replace(cr({"message": "hi"}), watch=watch)).outcome.reason == "InstallSucceeded"
+    vanishing = helm.storage
+
+    async def uninstall(*a: Any, **kw: Any) -> bool:  # the record goes just before Helm reads it
+        helm.calls.append("uninstall")
+        vanishing.revisions = []
+        return False
+
+    helm.uninstall = uninstall  # type: ignore[method-assign]
+    deleted: list[tuple[str, str]] = []
+    role = SimpleNamespace(
+        group="rbac.authorization.k8s.io",
+        version="v1",
+        plural="clusterroles",
+        kind="ClusterRole",
+        namespaced=False,
+    )
+    rt.discovery = SimpleNamespace(deletable=lambda: [role], scopes=dict)  # type: ignore[assignment]
+
+    def delete_labelled(
+        group: str, version: str, plural: str, namespaced: bool, selector: str, ns: str
+    ) -> list[str]:
+        deleted.append((plural, selector))
+        return ["t-exporter"]
+
+    rt.kube.delete_labelled = delete_labelled  # type: ignore[attr-defined]
+    said, _ = asyncio.run(finalize(rt, watch, "ns", "t"))
+    assert helm.calls[-1] == "uninstall"
+    owner = identify(watch, "ns", "t").owner
+    assert deleted == [("clusterroles", f"{OWNER_LABEL}={owner}")], deleted
+    assert said == (
+        "release t: its record went during the uninstall; deleted 1 object(s) it left outside its namespace: "
+        "ClusterRole/t-exporter"
+    ), said

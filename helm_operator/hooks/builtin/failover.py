@@ -224,14 +224,17 @@ async def switchover(
     *,
     fence: float | None = None,
     tell: RoleFile | None = None,
+    to: str | None = None,
 ) -> None:
     """An action ``switchover=<pod>``: make that Ready member the primary (demoted first: never two;
-    ``fence`` and ``tell``: as in :func:`apply`)."""
-    if not ctx.argument:
+    ``fence`` and ``tell``: as in :func:`apply`). ``to``: that member, from another hook (a roll
+    moving the primary off a member before it restarts)."""
+    target = to or ctx.argument
+    if not target:
         raise PermanentError("switchover needs the Pod to promote: switchover=<pod>")
     pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
     try:
-        election = switch(members([p for p in pods if members_of(p)], label), ctx.argument)
+        election = switch(members([p for p in pods if members_of(p)], label), target)
     except ValueError as exc:
         raise PermanentError(f"switchover: {exc}") from None
     await apply(ctx, election, label, fence=fence, tell=tell)

@@ -17,6 +17,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from helm_operator.adapters.metrics import DAY2_RUNS
 from helm_operator.config.watches import Watch
 from helm_operator.core.naming import ACTION_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
@@ -106,8 +107,11 @@ class Actions:
             )
             if result.waiting:
                 return result.retry_after
+        phase = "Succeeded" if result.ok else "Failed"
+        known_verb = hook.verb if hook is not None else "unknown"  # a label never takes user input
+        DAY2_RUNS.labels(watch=watch.key, hook=f"action/{known_verb}", result=phase).inc()
         last.update(
-            phase="Succeeded" if result.ok else "Failed",
+            phase=phase,
             completionTime=rfc3339(NOW()),
             message=result.message or f"{request} done",
         )

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from helm_operator.adapters.metrics import DAY2_RUNS
 from helm_operator.config.watches import Watch
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks.engines.shared import NOW, Shared
@@ -108,6 +109,7 @@ class Schedules:
         if result.waiting:  # the same run continues later (e.g. its Job still runs)
             return result.retry_after
         phase = "Succeeded" if result.ok else "Failed"
+        DAY2_RUNS.labels(watch=watch.key, hook=f"schedule/{hook.name}", result=phase).inc()
         last = {"name": run_as, "phase": phase, "completionTime": rfc3339(NOW()), "message": result.message}
         if slot is not None:
             last["scheduledTime"] = rfc3339(slot)

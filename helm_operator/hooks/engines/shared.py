@@ -20,6 +20,7 @@ from helm_operator.core.locks import Concurrency
 from helm_operator.core.vocabulary import Event
 from helm_operator.drift.check import manifest_objects
 from helm_operator.hooks.context import DRIFT_PAUSED, Context, Day2Status, Release, frozen
+from helm_operator.hooks.engines.tasks import HOOKS_LOCK
 from helm_operator.hooks.health import Health
 from helm_operator.hooks.registry import Hooks
 from helm_operator.hooks.runner import HookResult
@@ -93,9 +94,13 @@ class Shared:
         argument: str = "",
         objects: Sequence[Mapping[str, Any]] = (),
         changed: Mapping[str, Any] | None = None,
+        stage: bool = False,
     ) -> Context:
+        """``stage``: for a hook around a Helm action, which runs beside the watch hooks that run
+        beside Helm; ``ctx.alone()`` then takes the lock they take."""
         ref = self.ref(watch, body)
-        owner = self.ident(watch, body).owner
+        ident = self.ident(watch, body)
+        owner = ident.owner
         day2 = (body.get("status") or {}).get("day2") or {}
         where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
         logger = _ResourceLog(
@@ -114,6 +119,7 @@ class Shared:
             argument=argument,
             objects=tuple(frozen(o) for o in objects),
             changed=frozen(changed) if changed is not None else None,
+            exclusive=(lambda: self.concurrency.lock(ident.key + HOOKS_LOCK)) if stage else None,
         )
 
     async def fresh(self, watch: Watch, namespace: str | None, name: str) -> dict[str, Any] | None:

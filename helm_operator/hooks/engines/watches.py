@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 class WatchHooks:
     shared: Shared
     tasks: Tasks
+    by_owner: bool = False  # a sharded instance: watch the objects of the owners it holds, by name
     _owners: dict[str, tuple[Watch, str | None, str]] = field(default_factory=dict)
     _changed: dict[tuple[str, str], Mapping[str, Any] | None] = field(default_factory=dict)
     _objects: ObjectWatches | None = None
@@ -42,12 +43,14 @@ class WatchHooks:
             return
         meta = body["metadata"]
         self._owners[ident.owner] = (watch, meta.get("namespace"), meta["name"])
+        self._watches().hold(ident.owner)
         for kind in {h.watched for h in watched}:
             self._watches().ensure(kind)
             self._object_changed(ident.owner, kind, None)
 
     def forget(self, owner: str) -> None:
-        self._owners.pop(owner, None)
+        if self._owners.pop(owner, None) is not None and self._objects is not None:
+            self._objects.drop(owner)
 
     def stop(self) -> None:
         if self._objects is not None:
@@ -60,7 +63,7 @@ class WatchHooks:
             def changed(owner: str, kind: Kind, obj: Mapping[str, Any] | None) -> None:
                 loop.call_soon_threadsafe(self._object_changed, owner, kind, obj)
 
-            self._objects = ObjectWatches(self.shared.kube, changed)
+            self._objects = ObjectWatches(self.shared.kube, changed, by_owner=self.by_owner)
         return self._objects
 
     def _object_changed(self, owner: str, kind: Kind, obj: Mapping[str, Any] | None) -> None:
@@ -82,14 +85,16 @@ class WatchHooks:
 
     async def _watched(self, watch: Watch, namespace: str | None, name: str, hook: WatchHook) -> float | None:
         """Run a watch hook once (under the lock) with the objects as the watch sees them now."""
-        if not self._watches().synced(hook.watched):
-            return None  # its first listing calls the hook with what it found
+        owner = identify(watch, namespace, name).owner
+        if not self._watches().covers(hook.watched, owner):
+            return None  # the listing that covers the owner calls the hook with what it found
         body = await self.shared.fresh(watch, namespace, name)
         if body is None:
             return None
-        owner = self.shared.ident(watch, body).owner
-        changed = self._changed.pop((owner, hook.name), None)
         objects = self._watches().of(owner, hook.watched)
+        if objects is None:
+            return None  # relisted meanwhile without it: the listing that covers it calls the hook
+        changed = self._changed.pop((owner, hook.name), None)
         result = await run(hook, self.shared.context(watch, body, objects=objects, changed=changed))
         if result.waiting:
             return result.retry_after
