@@ -5,6 +5,10 @@ controller that plays the kubelet for fake Nodes, all started by ``kwokctl --run
 from the binaries ``tools/bootstrap`` built. Each cluster gets its own name, random ports and
 kubeconfig under ``~/.cache/helm-operator/clusters/<name>``.
 
+Clusters start one at a time on a machine (a lock held from choosing ports until the cluster is
+ready): kwokctl picks free ports when it creates a cluster and its processes bind them later, so
+two clusters created seconds apart could pick the same ones.
+
 Nothing is left behind: ``stop()`` deletes the cluster and kills any process still running from
 its directory, and every ``start()`` first reaps clusters whose owning process has died (a test
 run killed with SIGKILL cannot clean up after itself, the next one does).
@@ -13,6 +17,7 @@ run killed with SIGKILL cannot clean up after itself, the next one does).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import json
 import logging
@@ -20,8 +25,9 @@ import os
 import secrets
 import shutil
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -100,6 +106,32 @@ class ClusterError(RuntimeError):
     """The local control plane could not be started; the message says why."""
 
 
+START_LOCK = Path(tempfile.gettempdir()) / "helm-operator-cluster-start.lock"
+
+
+@contextlib.contextmanager
+def starting_alone(wait: float = 1800.0) -> Iterator[float]:
+    """Hold the machine-wide cluster-start lock (every user of this machine shares it, whatever
+    their clusters folder); yields the seconds spent waiting for another start to finish."""
+    START_LOCK.touch(exist_ok=True)
+    began = time.monotonic()
+    with START_LOCK.open("r+") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - began > wait:
+                    raise ClusterError(
+                        f"another local cluster has been starting for over {wait:.0f}s ({START_LOCK})"
+                    ) from None
+                time.sleep(0.5)
+        try:
+            yield time.monotonic() - began
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def clusters_dir() -> Path:
     return Path(os.environ.get("HELM_OPERATOR_CLUSTERS", Path.home() / ".cache/helm-operator/clusters"))
 
@@ -155,79 +187,86 @@ class DevCluster:
             raise ClusterError(f"cluster directory {self.root} already exists; is '{self.name}' running?")
         self.root.mkdir(parents=True)
         (self.root / OWNER_FILE).write_text(str(os.getpid()))
-        started = time.monotonic()
-        config = self.root / "kwokctl.yaml"
-        config.write_text(kwokctl_config())
-        audit = self.root / "audit-policy.yaml"
-        audit.write_text(AUDIT_POLICY)
         try:
-            self._kwokctl(
-                "create",
-                "cluster",
-                "--config",
-                str(config),
-                "--kube-audit-policy",
-                str(audit),
-                "--runtime",
-                "binary",
-                "--kube-apiserver-binary",
-                str(self.tools.kube_apiserver),
-                "--kube-controller-manager-binary",
-                str(self.tools.kube_controller_manager),
-                "--kube-scheduler-binary",
-                str(self.tools.kube_scheduler),
-                "--kwok-controller-binary",
-                str(self.tools.kwok),
-                "--etcd-binary",
-                str(self.tools.etcd),
-                "--kube-authorization",
-                "--kube-admission",
-                # Each component's first --extra-args comes before any component's second: kwokctl
-                # v0.8.0 panics otherwise.
-                # PVCs bind through the in-tree hostPath provisioner (no storage exists otherwise).
-                "--extra-args",
-                "kube-controller-manager=enable-hostpath-provisioner=true",
-                # The API server's default Service range (a /24) runs out at ~250 Services.
-                "--extra-args",
-                f"kube-apiserver=service-cluster-ip-range={SERVICE_RANGE}",
-                # KWOK plays the kubelet only for its fake nodes (annotated by `kwokctl scale node`):
-                # a real node's status and Pods are its kubelet's.
-                "--extra-args",
-                "kwok-controller=manage-all-nodes=false",
-                # The API server reaches a real kubelet by address (node names do not resolve here).
-                "--extra-args",
-                "kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname",
-                "--extra-args",
-                "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                # The controllers' default client rate (20 requests/s) made rolling out a few
-                # hundred Deployments take minutes of the cluster's time, not the operator's.
-                "--extra-args",
-                "kube-controller-manager=kube-api-qps=100",
-                "--extra-args",
-                "kube-controller-manager=kube-api-burst=200",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--quiet-pull",
-                "--wait",
-                f"{int(timeout)}s",
-                timeout=timeout + 30,
-            )
-            if self.nodes:
-                self._kwokctl("scale", "node", "--replicas", str(self.nodes), timeout=60)
-            self._wait_ready(deadline=started + timeout)
-            self.kubectl("apply", "-f", "-", input=STORAGE_CLASS)
+            with starting_alone() as waited:
+                if waited > 1:
+                    log.info("cluster %s waited %.1fs for another cluster's start", self.name, waited)
+                self._create(timeout)
             if self.real_node is not None:
                 self.real_node.start(self._images or list)
         except BaseException:
             self.stop()
             raise
+        return self
+
+    def _create(self, timeout: float) -> None:
+        """Create the control plane and its fake nodes, and wait until they are Ready."""
+        started = time.monotonic()
+        config = self.root / "kwokctl.yaml"
+        config.write_text(kwokctl_config())
+        audit = self.root / "audit-policy.yaml"
+        audit.write_text(AUDIT_POLICY)
+        self._kwokctl(
+            "create",
+            "cluster",
+            "--config",
+            str(config),
+            "--kube-audit-policy",
+            str(audit),
+            "--runtime",
+            "binary",
+            "--kube-apiserver-binary",
+            str(self.tools.kube_apiserver),
+            "--kube-controller-manager-binary",
+            str(self.tools.kube_controller_manager),
+            "--kube-scheduler-binary",
+            str(self.tools.kube_scheduler),
+            "--kwok-controller-binary",
+            str(self.tools.kwok),
+            "--etcd-binary",
+            str(self.tools.etcd),
+            "--kube-authorization",
+            "--kube-admission",
+            # Each component's first --extra-args comes before any component's second: kwokctl
+            # v0.8.0 panics otherwise.
+            # PVCs bind through the in-tree hostPath provisioner (no storage exists otherwise).
+            "--extra-args",
+            "kube-controller-manager=enable-hostpath-provisioner=true",
+            # The API server's default Service range (a /24) runs out at ~250 Services.
+            "--extra-args",
+            f"kube-apiserver=service-cluster-ip-range={SERVICE_RANGE}",
+            # KWOK plays the kubelet only for its fake nodes (annotated by `kwokctl scale node`):
+            # a real node's status and Pods are its kubelet's.
+            "--extra-args",
+            "kwok-controller=manage-all-nodes=false",
+            # The API server reaches a real kubelet by address (node names do not resolve here).
+            "--extra-args",
+            "kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname",
+            "--extra-args",
+            "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            # The controllers' default client rate (20 requests/s) made rolling out a few
+            # hundred Deployments take minutes of the cluster's time, not the operator's.
+            "--extra-args",
+            "kube-controller-manager=kube-api-qps=100",
+            "--extra-args",
+            "kube-controller-manager=kube-api-burst=200",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--quiet-pull",
+            "--wait",
+            f"{int(timeout)}s",
+            timeout=timeout + 30,
+        )
+        if self.nodes:
+            self._kwokctl("scale", "node", "--replicas", str(self.nodes), timeout=60)
+        self._wait_ready(deadline=started + timeout)
+        self.kubectl("apply", "-f", "-", input=STORAGE_CLASS)
         log.info(
             "cluster %s ready in %.1fs (kubeconfig %s)",
             self.name,
             time.monotonic() - started,
             self.kubeconfig,
         )
-        return self
 
     def stop(self) -> None:
         """Delete the cluster; kill whatever survived; remove its directory. Safe to call twice."""
@@ -297,7 +336,15 @@ class DevCluster:
             "KWOK_KUBECTL_BINARY": str(self.tools.kubectl),
         }
         cmd = [str(self.tools.kwokctl), "--name", self.name, *args]
-        proc = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=timeout)
+        try:
+            proc = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raw = exc.stderr or b""
+            said = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+            raise ClusterError(
+                f"`kwokctl {' '.join(args[:2])}` did not finish in {timeout:.0f}s; it said:\n"
+                f"{said.strip()[-4000:] or '(nothing)'}\ncomponent logs: {self.root / 'kwok'}"
+            ) from None
         if check and proc.returncode != 0:
             raise ClusterError(
                 f"`kwokctl {' '.join(args[:2])}` failed (exit {proc.returncode}):\n"

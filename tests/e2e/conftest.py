@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,6 @@ from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
 from .operator import REPO, OperatorProcess, Resources, shipped_watches
-
-START_APART = 60.0  # seconds between the control planes of two pytest-xdist processes (see the Makefile)
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
@@ -47,10 +44,8 @@ def cluster(tools: Toolchain) -> Iterator[DevCluster]:
         return
     # pytest runs fixture teardown on KeyboardInterrupt; make SIGTERM (CI cancelling) do the same.
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    # Under pytest-xdist each process starts a control plane of its own; the second one later: two
-    # starting at the same moment on a small machine both miss their start-up deadlines.
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    time.sleep(START_APART * int(worker.removeprefix("gw") or 0))
+    # Under pytest-xdist each process starts a control plane of its own; control planes start one
+    # at a time on the machine (DevCluster holds a machine-wide lock until its cluster is Ready).
     cluster = DevCluster(tools=tools, nodes=4)
     try:
         try:

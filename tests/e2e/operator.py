@@ -20,11 +20,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from helm_operator.dev.devcluster import DevCluster
+
+from . import pace
+from .pace import within
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,15 +87,58 @@ def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read())
 
 
-def eventually(check: Callable[[], Any], timeout: float = 90, what: str = "", interval: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
+# What the suite retries inside a wait: a kubectl, helm or HTTP call that failed or timed out once
+# (an API server slow under load, a metrics endpoint not yet bound). Assertion errors are not here:
+# a check that asserts fails the wait at once.
+TRANSIENT = (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError, ValueError)
+
+
+class Wait:
+    """The wait in progress or last finished in this process: what it waited for and what it saw
+    last (a failed test's diagnosis prints it)."""
+
+    what = ""
     last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
+    error = ""
+    seconds = 0.0
+
+
+def eventually(check: Callable[[], Any], timeout: float = 90, what: str = "", interval: float = 0.3) -> Any:
+    """``check()``'s first truthy result before the deadline (``timeout`` on a quiet machine, scaled
+    by this one's slowdown); a transient error of a call inside it is retried like a falsy result,
+    and a timed-out wait says what it saw last and the last such error."""
+    limit = within(timeout)
+    began = time.monotonic()
+    deadline = began + limit
+    Wait.what, Wait.last, Wait.error = what or getattr(check, "__qualname__", repr(check)), None, ""
+    while True:
+        try:
+            Wait.last = check()
+        except TRANSIENT as exc:
+            Wait.error = _said(exc)
+        else:
+            if Wait.last:
+                Wait.seconds = time.monotonic() - began
+                return Wait.last
+        if time.monotonic() >= deadline:
+            break
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
+    Wait.seconds = time.monotonic() - began
+    error = f"; last error: {Wait.error}" if Wait.error else ""
+    raise AssertionError(
+        f"timed out after {limit:.0f}s ({timeout:.0f}s x slowdown {pace.FACTOR:.2f}) waiting for "
+        f"{Wait.what}: last={Wait.last!r}{error}"
+    )
+
+
+def _said(exc: BaseException) -> str:
+    """One line of what a failed call said."""
+    if isinstance(exc, subprocess.CalledProcessError):
+        out = exc.stderr or exc.output or ""
+        text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+        cmd = exc.cmd[0] if isinstance(exc.cmd, list) else exc.cmd
+        return f"{cmd} exit {exc.returncode}: {text.strip()[-300:]}"
+    return f"{type(exc).__name__}: {str(exc)[-300:]}"
 
 
 class OperatorProcess:
@@ -125,6 +171,11 @@ class OperatorProcess:
         self.calls_log.touch()
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        OperatorProcess.seen.append(self)
+
+    # Every operator this process made, in order: a failed test's diagnosis shows the logs of those
+    # it started or that served it.
+    seen: ClassVar[list[OperatorProcess]] = []
 
     @property
     def log_path(self) -> Path:
@@ -164,10 +215,11 @@ class OperatorProcess:
             start_new_session=True,
         )
         # Generous: a start is imports, chart loading and a login, and two suites share two cores.
-        deadline = time.monotonic() + 90
+        limit = within(90)
+        deadline = time.monotonic() + limit
         while not (self.started in self.log() or self._died()):
             assert time.monotonic() < deadline, (
-                f"no {self.started!r} after 90 s; its log:\n{self.log()[-4000:]}"
+                f"no {self.started!r} after {limit:.0f} s; its log:\n{self.log()[-4000:]}"
             )
             time.sleep(0.3)
         assert not self._died(), f"operator exited at start:\n{self.log()}"
@@ -189,6 +241,10 @@ class OperatorProcess:
                 self.proc.kill()
                 self.proc.wait()
         rc = self.proc.returncode
+        # Whatever it left running (helm children of a handler cut short) goes with it: the next
+        # test must not meet a release written by a process that no longer exists.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc = None
         return rc
 
