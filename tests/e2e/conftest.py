@@ -24,7 +24,26 @@ from helm_operator.dev.devcluster import ClusterError, DevCluster
 from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
+from . import pace
 from .operator import REPO, OperatorProcess, Resources, shipped_watches
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Measure this process's slowdown once, before any wait is computed (tests/e2e/pace.py)."""
+    factor, seconds = pace.measure()
+    pace.set_factor(factor)
+    config.stash[PACE] = (factor, seconds)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    factor, seconds = config.stash[PACE]
+    return (
+        f"e2e slowdown factor {factor:.2f} (probe {seconds * 1000:.1f} ms against "
+        f"{pace.reference() * 1000:.1f} ms quiet; load {' '.join(f'{x:.2f}' for x in os.getloadavg())})"
+    )
+
+
+PACE = pytest.StashKey[tuple[float, float]]()
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
