@@ -23,10 +23,10 @@ demo: venv tools
 	$(BIN)/helm-operator dev demo $(ARGS)
 
 lint: venv
-	$(BIN)/ruff check helm_operator hooks tests bench
-	$(BIN)/ruff format --check helm_operator hooks tests bench
+	$(BIN)/ruff check helm_operator hooks tests bench tools/test-parts
+	$(BIN)/ruff format --check helm_operator hooks tests bench tools/test-parts
 	$(BIN)/mypy
-	$(BIN)/mypy --strict hooks
+	$(BIN)/mypy --strict hooks tools/test-parts
 
 unit: venv
 	$(BIN)/pytest tests/unit -q
@@ -34,27 +34,13 @@ unit: venv
 e2e: venv tools
 	$(BIN)/pytest tests/e2e -v --durations=15
 
-# Three parts side by side, each on control planes of its own, started half a minute apart (two
-# control planes starting at the same moment on a small machine both miss their deadlines): the
-# e2e suite on KWOK's fake nodes, in two processes that take whole test files as they free up (most
-# of its time is waiting on schedules, windows and rollouts, not on the CPU), the first at once and
-# the second a minute later (tests/e2e/conftest.py); the real-node suite (tests/e2e/test_real_*.py:
-# real PostgreSQL, etcd and the operator's image, mostly waiting on real processes) after half a
-# minute; and the benchmark's quick mode, a smoke test of its harness (no timing assertions), after
-# a minute and a half. The other two's output follows.
-REAL_E2E := $(wildcard tests/e2e/test_real_*.py)
+# The e2e parts side by side, each on control planes of its own (clusters start one at a time on
+# the machine by themselves): the e2e suite on KWOK's fake nodes in two processes that take whole
+# test files, the real-node suite (tests/e2e/test_real_*.py: real PostgreSQL, etcd and the
+# operator's image), and the benchmark's quick mode (a smoke test of its harness, at the lowest CPU
+# priority). Whole outputs stay in .work/; the last lines name every failure (tools/test-parts).
 test: lint unit tools
-	@mkdir -p .work
-	@(sleep 30; exec $(BIN)/pytest $(REAL_E2E) -v --durations=10) > .work/e2e-real.log 2>&1 & real=$$!; \
-	(sleep 90; exec $(BIN)/python -m bench --quick --drift-timeout 10) > .work/bench-quick.log 2>&1 & bench=$$!; \
-	$(BIN)/pytest tests/e2e -v --durations=15 -n 2 --dist loadfile $(addprefix --ignore=,$(REAL_E2E)); e2e=$$?; \
-	wait $$real; realrc=$$?; \
-	echo "--- the real-node e2e suite (exit $$realrc), its last lines (all: .work/e2e-real.log):"; \
-	tail -n 80 .work/e2e-real.log; \
-	wait $$bench; quick=$$?; \
-	echo "--- bench --quick (exit $$quick), its last lines (all: .work/bench-quick.log):"; \
-	tail -n 60 .work/bench-quick.log; \
-	test $$e2e -eq 0 && test $$realrc -eq 0 && test $$quick -eq 0
+	$(BIN)/python tools/test-parts
 
 # config/02-rbac.yaml from what the charts render and the hooks use (after changing either).
 rbac: venv

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,8 @@ from helm_operator.dev.devcluster import ClusterError, DevCluster
 from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
-from . import pace
-from .operator import REPO, OperatorProcess, Resources, shipped_watches
+from . import diagnosis, pace
+from .operator import REPO, OperatorProcess, Resources, Wait, shipped_watches
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,6 +45,39 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 PACE = pytest.StashKey[tuple[float, float]]()
+STARTED = pytest.StashKey[tuple[float, int]]()
+
+
+class Session:
+    """What a failed test's diagnosis reads: the session's cluster, helm and shared operator."""
+
+    cluster: DevCluster | None = None
+    helm: Path | None = None
+    operator: OperatorProcess | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[STARTED] = (time.time(), len(OperatorProcess.seen))
+    Wait.what = ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """A failed test (setup or body) gets a diagnosis in its report and artifacts on disk."""
+    report = yield
+    if report.failed and report.when in ("setup", "call") and STARTED in item.stash:
+        since, first = item.stash[STARTED]
+        operators = OperatorProcess.seen[first:]
+        served = {"operator", "driven"} & set(getattr(item, "fixturenames", ()))
+        if served and Session.operator is not None and Session.operator not in operators:
+            operators = [Session.operator, *operators]
+        try:
+            text = diagnosis.gather(item.nodeid, Session.cluster, Session.helm, since, operators)
+        except Exception as exc:  # the diagnosis must never hide the failure it explains
+            text = f"(diagnosis failed: {type(exc).__name__}: {exc})"
+        report.sections.append(("diagnosis", text))
+    return report
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
@@ -59,7 +93,8 @@ def tools() -> Toolchain:
 def cluster(tools: Toolchain) -> Iterator[DevCluster]:
     reuse = os.environ.get("HELM_OPERATOR_KUBECONFIG")
     if reuse:
-        yield DevCluster.attach(reuse, tools=tools)
+        Session.cluster, Session.helm = DevCluster.attach(reuse, tools=tools), tools.helm
+        yield Session.cluster
         return
     # pytest runs fixture teardown on KeyboardInterrupt; make SIGTERM (CI cancelling) do the same.
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -76,6 +111,7 @@ def cluster(tools: Toolchain) -> Iterator[DevCluster]:
             cluster.stop()
             cluster = DevCluster(tools=tools, nodes=4)
             cluster.start()
+        Session.cluster, Session.helm = cluster, tools.helm
         yield cluster
     finally:
         cluster.stop()
@@ -257,6 +293,7 @@ def operator(
     tools.require("helm")
     op = OperatorProcess(cluster, tools.helm, tmp_path_factory.mktemp("operator"), e2e_watches, ["t-*"])
     op.start()
+    Session.operator = op
     # Serving, not only started: one resource end to end before the first test counts seconds.
     warmup = f"t-warmup-{os.urandom(2).hex()}"
     cluster.kubectl("create", "namespace", warmup)

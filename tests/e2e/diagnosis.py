@@ -1,0 +1,136 @@
+"""What a failed e2e test leaves behind: a compact diagnosis in its report, full copies on disk.
+
+When a test fails (in its setup or its body), this gathers what one needs to tell a product race
+from a test defect without running it again: the tail of every operator process that served it,
+the Events and the custom resources' conditions of the namespaces it made, ``helm list``, the
+load average and what the last wait saw. The compact part goes into pytest's report of the test
+(and so into the part's log); everything is copied to ``.work/e2e-artifacts/<test>/``, with
+``summary.txt`` the few lines ``tools/test-parts`` prints in the run's closing block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from helm_operator.dev.devcluster import DevCluster
+
+from . import pace
+from .operator import REPO, OperatorProcess, Wait
+
+ARTIFACTS = Path(os.environ.get("HELM_OPERATOR_E2E_ARTIFACTS", REPO / ".work/e2e-artifacts"))
+TAIL = 12  # operator log lines per process in the compact diagnosis
+
+
+def folder_for(nodeid: str) -> Path:
+    """The artifacts folder of one test (its node id made a file name)."""
+    return ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.split("/")[-1]).strip("_")[:150]
+
+
+def namespaces_since(cluster: DevCluster, since: float) -> list[str]:
+    """Namespaces created at or after ``since`` (epoch seconds; a second of clock slack)."""
+    out = cluster.kubectl("get", "namespaces", "-o", "json", check=False, timeout=20)
+    if out.returncode != 0:
+        return []
+    found = []
+    for ns in json.loads(out.stdout).get("items", []):
+        created = ns["metadata"].get("creationTimestamp")
+        when = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() if created else 0.0
+        if when >= since - 1:
+            found.append(ns["metadata"]["name"])
+    return found
+
+
+def _kinds(cluster: DevCluster) -> list[str]:
+    out = cluster.kubectl("get", "crd", "-o", "jsonpath={.items[*].metadata.name}", check=False, timeout=20)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+def conditions(items: list[dict[str, Any]]) -> list[str]:
+    """One line per custom resource: kind/name, deletion, and its conditions (type=status reason: message)."""
+    lines = []
+    for obj in items:
+        meta = obj.get("metadata", {})
+        head = f"{obj.get('kind')}/{meta.get('name')}"
+        if meta.get("deletionTimestamp"):
+            head += f" (deleting; finalizers {meta.get('finalizers')})"
+        conds = (obj.get("status") or {}).get("conditions") or []
+        said = "; ".join(
+            f"{c.get('type')}={c.get('status')} {c.get('reason', '')}: {str(c.get('message', ''))[:160]}"
+            for c in conds
+        )
+        lines.append(f"{head}: {said or 'no conditions'}")
+    return lines
+
+
+def gather(
+    nodeid: str, cluster: DevCluster | None, helm: Path | None, since: float, operators: list[OperatorProcess]
+) -> str:
+    """Write the artifacts of a failed test; return the compact diagnosis."""
+    folder = folder_for(nodeid)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nodeid").write_text(nodeid + "\n")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    out: list[str] = [f"load average {load}; slowdown factor {pace.FACTOR:.2f}; artifacts {folder}"]
+    if Wait.what:
+        error = f"; last error: {Wait.error}" if Wait.error else ""
+        out.append(f"last wait: {Wait.what} ({Wait.seconds:.1f}s): last={str(Wait.last)[:300]}{error}")
+    summary = list(out)
+    for i, op in enumerate(operators):
+        for start in range(1, op.starts + 1):
+            log = op.workdir / f"operator-{start}.log"
+            if not log.exists():
+                continue
+            text = log.read_text(errors="replace")
+            (folder / f"operator-{i}-{start}.log").write_text(text)
+            tail = text.splitlines()[-TAIL:]
+            out.append(f"--- operator {i} start {start} ({log}), last {len(tail)} lines:")
+            out.extend(line[:240] for line in tail)
+            if start == op.starts:
+                summary.append(f"operator {i} log tail ({log}):")
+                summary.extend(line[:200] for line in tail[-6:])
+        calls = op.calls_log.read_text(errors="replace") if op.calls_log.exists() else ""
+        (folder / f"operator-{i}-helm-calls.log").write_text(calls)
+    if cluster is not None:
+        try:
+            out.extend(_cluster_state(cluster, helm, since, folder))
+        except (subprocess.SubprocessError, OSError, ValueError) as exc:
+            out.append(f"(could not read the cluster: {exc})")
+    (folder / "diagnosis.txt").write_text("\n".join(out) + "\n")
+    (folder / "summary.txt").write_text("\n".join(summary) + "\n")
+    return "\n".join(out)
+
+
+def _cluster_state(cluster: DevCluster, helm: Path | None, since: float, folder: Path) -> list[str]:
+    out: list[str] = []
+    namespaces = namespaces_since(cluster, since)
+    kinds = ",".join(_kinds(cluster))
+    for ns in namespaces:
+        events = cluster.kubectl(
+            "get", "events", "-n", ns, "--sort-by=.lastTimestamp", check=False, timeout=20
+        ).stdout
+        (folder / f"events-{ns}.txt").write_text(events)
+        out.append(f"--- namespace {ns}: last events")
+        out.extend(line[:240] for line in events.splitlines()[-10:])
+        if kinds:
+            got = cluster.kubectl("get", kinds, "-n", ns, "-o", "json", check=False, timeout=30)
+            if got.returncode == 0:
+                (folder / f"resources-{ns}.json").write_text(got.stdout)
+                items = json.loads(got.stdout).get("items", [])
+                out.append(f"--- namespace {ns}: custom resources")
+                out.extend(conditions([i for i in items if i.get("kind") != "Rollout"]) or ["(none)"])
+    if helm is not None:
+        listed = subprocess.run(
+            [str(helm), "list", "-A", "-a"], env=cluster.env, text=True, capture_output=True, timeout=30
+        )
+        (folder / "helm-list.txt").write_text(listed.stdout + listed.stderr)
+        rows = [line for line in listed.stdout.splitlines()[1:] if len(line.split()) > 1]
+        mine = [line for line in rows if line.split()[1] in namespaces]
+        out.append("--- helm list (the test's namespaces)")
+        out.extend(mine or ["(no release)"])
+    return out
