@@ -26,7 +26,7 @@ from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
 from . import diagnosis, pace
-from .operator import REPO, OperatorProcess, Resources, Wait, shipped_watches
+from .operator import REPO, OperatorProcess, Resources, Wait, eventually, shipped_watches
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -201,7 +201,36 @@ def _fresh_namespace(cluster: DevCluster, request: pytest.FixtureRequest, prefix
     name = f"{prefix}-{base}"[:50].rstrip("-") + f"-{os.urandom(2).hex()}"
     cluster.kubectl("create", "namespace", name)
     yield name
+    if prefix == "t":
+        drain(cluster, name)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def drain(cluster: DevCluster, ns: str, timeout: float = 120) -> None:
+    """Delete the custom resources of a namespace the session operator serves and wait until they
+    are gone (uninstalled, finalizers done): the next test starts without this one's uninstalls
+    (final backups included) running beside it. Resources still there at the deadline are named
+    (the namespace is deleted all the same)."""
+    if Session.operator is None or Session.operator.proc is None:
+        return
+    listed = cluster.kubectl("get", "crd", "-o", "jsonpath={.items[*].metadata.name}", check=False)
+    kinds = ",".join(n for n in listed.stdout.split() if not n.endswith(".sharding.timebertt.dev"))
+    if listed.returncode != 0 or not kinds:
+        return
+    cluster.kubectl(
+        "delete", kinds, "--all", "-n", ns, "--wait=false", "--ignore-not-found", check=False, timeout=120
+    )
+
+    left: list[str] = []
+
+    def gone() -> bool:
+        left[:] = cluster.kubectl("get", kinds, "-n", ns, "-o", "name", check=True, timeout=60).stdout.split()
+        return not left
+
+    try:
+        eventually(gone, timeout, f"the custom resources of {ns} deleted")
+    except AssertionError as exc:
+        print(f"\nteardown: {exc}; still there: {left}", file=sys.stderr)
 
 
 @pytest.fixture
@@ -338,4 +367,6 @@ def driven(
             yield op, Resources(cluster, ns), Helm(tools.helm3, cluster, tmp_path / "client")
         finally:
             op.stop()
+    if request.param == "helm4":
+        drain(cluster, ns)
     cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
