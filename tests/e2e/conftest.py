@@ -213,8 +213,11 @@ def drain(cluster: DevCluster, ns: str, timeout: float = 120) -> None:
     (the namespace is deleted all the same)."""
     if Session.operator is None or Session.operator.proc is None:
         return
-    listed = cluster.kubectl("get", "crd", "-o", "jsonpath={.items[*].metadata.name}", check=False)
-    kinds = ",".join(n for n in listed.stdout.split() if not n.endswith(".sharding.timebertt.dev"))
+    # Namespaced kinds only: `-n` means nothing to a cluster-scoped one, and `--all` would take every
+    # object of it in the cluster.
+    names = '{.items[?(@.spec.scope=="Namespaced")].metadata.name}'
+    listed = cluster.kubectl("get", "crd", "-o", f"jsonpath={names}", check=False)
+    kinds = ",".join(listed.stdout.split())
     if listed.returncode != 0 or not kinds:
         return
     cluster.kubectl(
