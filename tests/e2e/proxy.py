@@ -7,14 +7,15 @@ import contextlib
 import socket
 import threading
 
+from .operator import free_port
+
 
 class Proxy:
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = int(probe.getsockname()[1])
-        probe.close()
+        # Below the kernel's ephemeral range: a port bound to 0 and closed is one the kernel may hand
+        # to an outgoing connection while the proxy is down, and up() could not bind it again.
+        self.port = free_port()
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
