@@ -90,7 +90,7 @@ def tools() -> Toolchain:
 
 
 @pytest.fixture(scope="session")
-def cluster(tools: Toolchain) -> Iterator[DevCluster]:
+def cluster(tools: Toolchain, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     reuse = os.environ.get("HELM_OPERATOR_KUBECONFIG")
     if reuse:
         Session.cluster, Session.helm = DevCluster.attach(reuse, tools=tools), tools.helm
@@ -114,6 +114,8 @@ def cluster(tools: Toolchain) -> Iterator[DevCluster]:
         Session.cluster, Session.helm = cluster, tools.helm
         yield cluster
     finally:
+        if request.session.testsfailed:  # its components' logs outlive it when a test failed
+            diagnosis.keep_cluster_logs(cluster)
         cluster.stop()
         signal.signal(signal.SIGTERM, previous)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -134,3 +135,10 @@ def _cluster_state(cluster: DevCluster, helm: Path | None, since: float, folder:
         out.append("--- helm list (the test's namespaces)")
         out.extend(mine or ["(no release)"])
     return out
+
+
+def keep_cluster_logs(cluster: DevCluster) -> None:
+    """Copy the control plane's component logs (API server, controllers, scheduler, KWOK, audit)
+    to ``.work/e2e-artifacts/cluster-<name>/`` before the cluster and its folder are removed."""
+    for logs in cluster.root.glob("kwok/clusters/*/logs"):
+        shutil.copytree(logs, ARTIFACTS / f"cluster-{cluster.name}", dirs_exist_ok=True)
