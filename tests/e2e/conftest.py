@@ -26,7 +26,7 @@ from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
 
 from . import diagnosis, pace
-from .operator import REPO, OperatorProcess, Resources, Wait, eventually, shipped_watches
+from .operator import REPO, CallFailed, OperatorProcess, Resources, Wait, eventually, shipped_watches
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -154,7 +154,7 @@ class Helm:
             [str(self.binary), *args], env=self.env, text=True, capture_output=True, timeout=300
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed: {proc.stderr}")
+            raise CallFailed(f"helm {' '.join(args)} failed: {proc.stderr}")
         return proc
 
     @property

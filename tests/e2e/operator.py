@@ -90,7 +90,12 @@ def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
 # What the suite retries inside a wait: a kubectl, helm or HTTP call that failed or timed out once
 # (an API server slow under load, a metrics endpoint not yet bound). Assertion errors are not here:
 # a check that asserts fails the wait at once.
-TRANSIENT = (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError, ValueError)
+class CallFailed(AssertionError):
+    """A helm or kubectl call of the test's own failed: a failed assertion where a test makes it
+    directly, a transient error inside a wait."""
+
+
+TRANSIENT = (CallFailed, subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError, ValueError)
 
 
 class Wait:
