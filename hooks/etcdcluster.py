@@ -2,7 +2,8 @@
 cluster from a snapshot — on the same Job machinery as PostgreSQLCluster's backups.
 
 Snapshots are ``etcdctl snapshot save`` Jobs every ``backup.backupIntervalInSecond`` (0 or absent:
-none), kept ``backup.maxBackups`` deep (0 or absent: all). ``backup.storageType: S3`` uploads them
+none) and on request (``helm-operator.io/action: backup-now``), kept ``backup.maxBackups`` deep (0
+or absent: all). ``backup.storageType: S3`` uploads them
 to ``s3://<s3Bucket>/<path>/`` with the credentials of the Secret ``s3.awsSecret`` (keys
 ``credentials`` and ``config``, as the AWS CLI reads them); otherwise they go to the
 PersistentVolumeClaim ``<cluster>-backups``. ``restore.fromBackup`` (a snapshot another cluster
@@ -273,6 +274,17 @@ async def check_policy(ctx: Context) -> None:
 
 @hooks.schedule("snapshot", every="spec.backup.backupIntervalInSecond")
 async def periodic_snapshot(ctx: Context) -> None:
+    await snapshot(ctx)
+
+
+@hooks.action("backup-now", uses="spec.backup")
+async def backup_now(ctx: Context) -> None:
+    """``helm-operator.io/action: backup-now``: one snapshot now, pruned by the same retention."""
+    await snapshot(ctx)
+
+
+async def snapshot(ctx: Context) -> None:
+    """One snapshot named ``ctx.run`` (the schedule's or the action's run), then retention."""
     job, location = snapshot_job(ctx, ctx.run)
     size = str(_policy(ctx.spec).get("storage") or "1Gi")
     await backup.take_and_prune(

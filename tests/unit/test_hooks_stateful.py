@@ -1,5 +1,6 @@
 """Day-2 of the stateful samples without a cluster: primary election, failover and switchover,
-restore before install, etcd snapshots on an interval, and the pod-template owner label."""
+restore before install, etcd snapshots on an interval and on request, and the pod-template owner
+label."""
 
 from __future__ import annotations
 
@@ -322,6 +323,24 @@ def test_etcd_snapshots_go_to_a_volume_and_are_pruned_by_count() -> None:
     ]
     save = h.kube.objects[("batch/v1", "Job", "prod", names[-1])]["spec"]["template"]["spec"]["containers"][0]
     assert save["command"][:2] == ["etcdctl", "--endpoints=http://etcd-client:2379"]
+
+
+def test_etcd_backup_now_takes_a_snapshot_under_the_same_retention() -> None:
+    """``helm-operator.io/action: backup-now``: a snapshot Job at once (no interval needed), and
+    the schedule's snapshots and the requested ones are kept ``maxBackups`` deep together."""
+    spec = {**ETCD["spec"], "backup": {"maxBackups": 2}}
+    h = Harness(load("hooks/etcdcluster.py", ROOT), {**ETCD, "spec": spec})
+    names = [f"etcd-backup-now-2026112210000{i}" for i in range(3)]
+    for name in names:
+        out = asyncio.run(h.run("action", name="backup-now", run_as=name))
+        assert out.ok, out.result
+    assert [r["name"] for r in out.day2["backups"]] == names[1:]
+    assert out.day2["backups"][-1]["location"] == f"pvc://etcd-backups/{names[-1]}.db"
+    assert ("delete", "Job", names[0]) in out.operations
+    save = h.kube.objects[("batch/v1", "Job", "prod", names[-1])]["spec"]["template"]["spec"]["containers"][0]
+    assert save["command"][-1] == f"/snapshots/{names[-1]}.db"
+    named = asyncio.run(h.run("action", name="backup-now"))
+    assert named.ok and named.day2["backups"][-1]["name"].startswith("etcd-backup-now-")
 
 
 def test_etcd_snapshots_to_s3_and_unsupported_storage() -> None:
