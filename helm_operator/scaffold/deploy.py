@@ -113,13 +113,19 @@ def deployment(d: Deploy, shard: str | None = None) -> dict[str, Any]:
             "periodSeconds": 2,
             "failureThreshold": 90,
         },
+        # A thread of the operator's process answers the probes; on a loaded node it may run seconds
+        # later. Liveness itself fails only once the event loop has stalled for 30 s, so each probe
+        # has 5 s to be answered: the kubelet's default of 1 s would count a busy, healthy process
+        # as failing (and restart it after three such answers).
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "probes"},
             "periodSeconds": 20,
+            "timeoutSeconds": 5,
         },
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "probes"},
             "periodSeconds": 10,
+            "timeoutSeconds": 5,
         },
         # helm processes (up to --max-helm-processes at once) live in this budget too.
         "resources": {

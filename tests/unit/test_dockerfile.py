@@ -256,6 +256,8 @@ def test_deployment_is_hardened_and_probed() -> None:
     # Liveness waits for the first answer, not a fixed delay a loaded node outlasts; the budget for
     # start-up is minutes.
     assert "initialDelaySeconds" not in c["livenessProbe"]
+    # A busy, healthy process answers late: a probe waits seconds for it, not the kubelet's 1 s.
+    assert c["livenessProbe"]["timeoutSeconds"] >= 5 and c["readinessProbe"]["timeoutSeconds"] >= 5
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 120
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and sc["runAsNonRoot"] and sc["allowPrivilegeEscalation"] is False
