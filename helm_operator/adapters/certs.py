@@ -1,9 +1,10 @@
 """The conversion webhook's certificates: a private CA the operator makes for itself, and a serving
 certificate it signs, both as PEM (``cryptography``). The API server trusts the CA through the
-CRD's ``caBundle``; nothing else needs to.
+CRD's ``caBundle``; nothing else needs to. The relay helm reaches the API server through under
+leader election (``relay.py``) serves with a pair of its own the same way.
 
 ``cryptography`` is imported on first use: it costs the process ~8 MiB, and only an operator with
-converters makes or reads a certificate."""
+converters, or one that leads, makes or reads a certificate."""
 
 from __future__ import annotations
 

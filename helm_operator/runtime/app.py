@@ -2,7 +2,8 @@
 
 Nothing is set on it after construction and nothing global is changed for helm's sake: the
 kubernetes client gets its own configuration object, kopf logs in with the same credentials, and
-helm is told where the kubeconfig and the post-renderer are through its own flags and wrapper.
+helm is told where the kubeconfig and the post-renderer are through its own flags and wrapper (with
+leader election the kubeconfig names the operator's relay, ``adapters/relay.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmSettings
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
+from helm_operator.adapters.relay import Relay
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.sharding import Ring, Shard, describe
@@ -166,10 +168,13 @@ class App:
         base = Path(tempfile.gettempdir())
         _reap_workdirs(base)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-", dir=base))
+        # With leader election helm's own requests pass the gate too: through the operator.
+        self.relay = Relay(self.kube_config, gate, self.workdir) if self.fence is not None else None
+        helm_kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
         self.helm = Helm(
             HelmSettings(
                 executable=settings.helm,
-                kubeconfig=Path(settings.kubeconfig) if settings.kubeconfig else None,
+                kubeconfig=self.relay.kubeconfig if self.relay is not None else helm_kubeconfig,
                 max_processes=settings.max_helm_processes,
                 workdir=self.workdir,
                 chart_cache=settings.chart_cache,
@@ -532,6 +537,8 @@ class App:
                 return 0
             if self.fence is not None:
                 self.fence.arm()
+            if self.relay is not None:
+                self.relay.start()  # before any helm process: a leader's alone
             watches = self.resolve_watches()  # after the wait: a standby may wait for days
             self._check_rollouts(watches)
             self._check_conversions(watches)
@@ -560,6 +567,8 @@ class App:
                 self.webhook.stop()
             if self.fence is not None:
                 self.fence.disarm()  # before the lease is handed over: nothing acts after that
+            if self.relay is not None:
+                self.relay.stop()
             if self.leadership is not None:
                 self.leadership.release()
             LEADER.set(0)

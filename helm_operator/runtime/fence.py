@@ -7,9 +7,12 @@ After a pause (a frozen Pod, a stopped process, a starved node) the threads and 
 resume in any order: a flag the election thread clears later would still say "leading" to
 whichever runs first, and the clock does not.
 
-A lapse is also looked for where no gate is reached (a helm process waiting for its objects): by a
-watcher thread ten times a second, and — because after a pause that thread waits for the GIL with
-every other one — by a watchdog process (``watchdog.py``) that kills the helm processes first.
+A helm process sends its requests through the operator (``adapters/relay.py``), whose every write
+passes the same gate: one that resumes after a pause and writes first is refused there, whichever
+process the node ran first. A lapse is also looked for where no gate is reached (a helm process
+waiting for its objects): by a watcher thread ten times a second, and — because after a pause that
+thread waits for the GIL with every other one — by a watchdog process (``watchdog.py``) that kills
+the helm processes first.
 
 On a lapse the fence, once: SIGKILLs every process the operator started (a helm that completes
 now writes as a leader that no longer is one), says why, and ends the process as a leader that

@@ -7,7 +7,9 @@ and nothing else to do. It sleeps until the renew deadline of the last renewal i
 woken past it (a pause, or renewals that stopped) it SIGKILLs every process the operator started
 but itself, in about a millisecond, says so (in the operator's log format), and leaves the
 operator to its own fence (which exits it, as a leader that cannot renew does). An operator still
-running a second later is killed too.
+running a second later is killed too. It narrows what a resumed helm process does, and cannot
+close the race on a busy node (both resume at once on different cores): helm's writes are refused
+by the relay it sends them through (``adapters/relay.py``).
 
 The operator tells it each renewal that succeeded: a line on its stdin with the lease clock
 reading its attempt began. The same :class:`~helm_operator.core.lease.LeaseTerm` decides, on the

@@ -1,6 +1,7 @@
 """Two replicas with leader election on the real control plane: exactly one acts, the other takes
-over when the leader dies (within the lease duration) or hands over at once when it stops, and a
-leader that was frozen while the other took over does nothing once it resumes."""
+over when the leader dies (once the lease has run out) or at its next try when the leader stops
+and releases the lease, and a leader that was frozen while the other took over does nothing once
+it resumes: its helm processes' writes pass the lease's gate in the operator (its relay)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -21,9 +23,12 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH, Helm, releases, tiny
 from .operator import OperatorProcess, Resources, eventually, free_port, probe
+from .pace import within
 
 TINIES = "tinies.test.helm-operator.io"
-LEASE, RENEW, RETRY = 6, 4, 1  # seconds: short, so the test waits little
+# Seconds: short, so the test waits little, and scaled to the machine's load (a leader starved of
+# CPU past its renew deadline exits, as it must). The retry period is how often a standby tries.
+LEASE, RENEW, RETRY = round(within(6)), round(within(4)), 1
 
 
 def replica(
@@ -74,6 +79,18 @@ def upgrades(op: OperatorProcess) -> list[str]:
     return [c for c in op.helm_calls() if c.startswith("upgrade")]
 
 
+def resumed(op: OperatorProcess, namespace: str, *names: str) -> bool:
+    """Whether the process's kopf has run the resume handler of each of ``names``."""
+    lines = op.log().splitlines()
+    return all(any(f"[Tiny {namespace}/{n}]" in x and "resume' succeeded" in x for x in lines) for n in names)
+
+
+def logged_at(op: OperatorProcess, phrase: str) -> float:
+    """When the process logged ``phrase`` (its first line saying it), from the line's timestamp."""
+    line = next(x for x in op.log().splitlines() if phrase in x)
+    return datetime.strptime(" ".join(line.split()[:2]), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
 def test_one_leader_acts_and_a_standby_takes_over(
     cluster: DevCluster, crds: None, tools: Toolchain, e2e_watches: Path, solo_namespace: str, tmp_path: Path
 ) -> None:
@@ -94,7 +111,10 @@ def test_one_leader_acts_and_a_standby_takes_over(
         res.apply(tiny("first", message="one"))
         res.wait_condition(TINIES, "first", "Ready")
         time.sleep(2 * RETRY)  # a standby that acted would have done so by now
-        assert len(upgrades(a)) == 1 and b.helm_calls() == [], (a.helm_calls(), b.helm_calls())
+        # The leader installed it (a retry after a failed helm call is one more upgrade, not
+        # another revision); the standby started no helm at all.
+        assert {c.split()[1] for c in upgrades(a)} == {"first"}, a.helm_calls()
+        assert b.helm_calls() == [], b.helm_calls()
         assert "Handler" not in b.log()  # kopf never started on the standby
 
         # The leader dies as a Pod on a lost node would: no chance to hand the lease over.
@@ -106,31 +126,37 @@ def test_one_leader_acts_and_a_standby_takes_over(
         took = time.monotonic() - killed
         # Measured on the Lease itself (the machine's load does not stretch it): the standby
         # acquired it within the lease duration of the dead leader's last renewal, plus its polling.
+        # Never before the lease ran out (two leaders); then at the standby's next tries (how soon
+        # on a quiet machine is the benchmark's to measure).
         gap = lease_time(cluster, namespace, "acquireTime") - last_renewal
-        assert LEASE <= gap <= LEASE + 2 * RETRY + 1, f"acquired {gap:.1f}s after the last renewal"
+        assert LEASE <= gap <= LEASE + within(2 * RETRY + 3), f"acquired {gap:.1f}s after the last renewal"
         res.wait_condition(TINIES, "second", "Ready")
-        time.sleep(2)  # the resume of "first" has run: it must not have started helm
+        eventually(lambda: resumed(b, namespace, "first"), 60, "b resumes first")
         # No reconcile ran twice: b installed only what was new; "first" kept its one revision.
-        assert [c.split()[1] for c in upgrades(b)] == ["second"], upgrades(b)
+        assert {c.split()[1] for c in upgrades(b)} == {"second"}, upgrades(b)
         revs = {name: r["revision"] for name, r in releases(helm, namespace).items()}
         assert set(revs.values()) == {"1"} and len(revs) == 2, revs
 
-        # A deliberate stop hands the lease over: the standby leads after one retry, not a lease.
+        # A deliberate stop hands the lease over: the standby leads at its next try after the
+        # release, not once the lease has run out.
         a.start()
         eventually(lambda: role(a) == "standby", 30, "a stands by again")
         before = len(a.helm_calls())
         stopping = time.monotonic()
         assert b.stop(signal.SIGTERM) == 0
         eventually(lambda: role(a) == "leader", LEASE + 10, "a leads again", interval=0.1)
-        handover = time.monotonic() - stopping
-        assert "released Lease" in b.log_path.read_text()
-        assert handover < LEASE, f"handover took {handover:.1f}s: the lease was not released"
+        stopped = time.monotonic() - stopping
+        assert "released Lease" in b.log(), b.log()[-3000:]
+        # From the release to the new holder, as each process logged it: the shutdown before the
+        # release (kopf's end, on a loaded machine) is not the handover's.
+        handover = logged_at(a, f"now holds Lease {namespace}/ha-test") - logged_at(b, "released Lease")
+        assert handover < LEASE, f"a took the lease {handover:.1f}s after b released it: it waited it out"
         res.wait_condition(TINIES, "first", "Ready")
-        time.sleep(2)
+        eventually(lambda: resumed(a, namespace, "first", "second"), 60, "a resumes both")
         assert len(a.helm_calls()) == before, a.helm_calls()[before:]  # nothing changed: no helm at all
         print(
             f"takeover {took:.1f}s after SIGKILL ({gap:.1f}s after the last renewal);",
-            f"handover {handover:.1f}s",
+            f"handover {handover:.1f}s after the release ({stopped:.1f}s after SIGTERM)",
         )
     finally:
         a.stop()
@@ -184,6 +210,22 @@ class Recorder:
         self.proc.wait(10)
 
 
+def helm_processes(root: int) -> list[int]:
+    """The helm processes among the descendants of ``root``."""
+    parents, names = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                names[int(entry.name)] = stat[stat.index("(") + 1 : stat.rindex(")")]
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, level = [], {root}
+    while level:
+        level = {pid for pid, ppid in parents.items() if ppid in level}
+        found += [pid for pid in level if names.get(pid) == "helm"]
+    return sorted(found)
+
+
 def history(helm: Helm, namespace: str, name: str) -> list[dict[str, object]]:
     out = helm("history", name, "-n", namespace, "-o", "json").stdout
     return list(json.loads(out))
@@ -199,7 +241,12 @@ def test_a_frozen_leader_does_nothing_once_it_resumes(
     """SIGSTOP the leader's process group (its helm processes with it, as a frozen Pod's cgroup)
     mid-wave; the standby takes over and finishes the wave; SIGCONT: the old leader starts no
     helm process, sends no write (its every request goes through a recording proxy), and every
-    release keeps one consistent history."""
+    release keeps one consistent history.
+
+    SIGCONT wakes helm and the watchdog together: on a busy machine a helm process whose wait
+    ended while frozen ran first and wrote its release (two writes seen at a load of 11). The
+    test resumes the helm processes first, for two seconds, then the rest: helm reaches the API
+    server only through the operator's relay, whose gate refuses once the operator runs."""
     namespace = solo_namespace
     res = Resources(cluster, namespace)
     helm = Helm(tools.helm, cluster, tmp_path / "client")
@@ -253,11 +300,19 @@ def test_a_frozen_leader_does_nothing_once_it_resumes(
         finished = time.monotonic() - stopped
 
         calls, mark = len(a.helm_calls()), recorder.mark()
+        # The wave's helm processes resume first, as a busy node may run them before the
+        # operator and its watchdog: one that could reach the API server on its own would write
+        # its release now (its wait saw the Pods Ready), before anything could stop it.
+        waiting_helm = helm_processes(a.proc.pid)
+        assert len(waiting_helm) == SLOTS, waiting_helm
+        for pid in waiting_helm:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(2)
         os.killpg(a.proc.pid, signal.SIGCONT)
         frozen = False
-        resumed = time.monotonic()
+        woken = time.monotonic()
         eventually(lambda: a.proc is not None and a.proc.poll() is not None, 30, "a exits", interval=0.05)
-        exited = time.monotonic() - resumed
+        exited = time.monotonic() - woken
         time.sleep(3)  # a helm process that escaped would have written by now
 
         started_after = a.helm_calls()[calls:]
@@ -269,6 +324,8 @@ def test_a_frozen_leader_does_nothing_once_it_resumes(
             f"process(es) and sent {len(writes_after)} write(s) since;",
             "histories:",
             {n: [f"{r['revision']}:{r['status']}" for r in h] for n, h in histories.items()},
+            "; its fence:",
+            next((x.split("superseded; ", 1)[1] for x in a.log().splitlines() if "superseded; " in x), None),
         )
         assert started_after == [], started_after
         assert writes_after == [], writes_after
