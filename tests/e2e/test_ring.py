@@ -25,14 +25,18 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH
 from .operator import OperatorProcess, eventually, free_port, metrics, summed
+from .pace import within
 
 TINY = "tinies.test.helm-operator.io"
 # A ring of its own per run: the sharder knows a shard by its Lease's name alone, in any namespace,
 # so the dead shards of an earlier run (same names, another namespace) must not be in this ring.
 RING = f"tinies-{os.urandom(3).hex()}"
 COUNT = 30
-LEASE = ["--leader-election-lease-duration", "6", "--leader-election-renew-deadline", "4"]
-LEASE += ["--leader-election-retry-period", "1"]
+# Each shard's Lease: short, so a dead shard's resources move soon, and scaled to the machine's
+# load (a shard starved of CPU past its renew deadline exits, as it must, and its share moves).
+LEASE_SECONDS, RENEW_SECONDS = round(within(6)), round(within(4))
+LEASE = ["--leader-election-lease-duration", str(LEASE_SECONDS)]
+LEASE += ["--leader-election-renew-deadline", str(RENEW_SECONDS), "--leader-election-retry-period", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -147,22 +151,39 @@ def corrected(op: OperatorProcess) -> float:
     return summed(op.metrics_port, "helm_operator_drift_corrections_total")
 
 
+def revisions(cluster: DevCluster, ns: str) -> dict[str, int]:
+    """Release name -> its newest revision among Helm's records: what each change made, however
+    many helm processes it took (a retry after a failed call is one more process)."""
+    out = cluster.kubectl("get", "secrets", "-n", ns, "-l", "owner=helm", "-o", "json")
+    found: dict[str, int] = {}
+    for item in json.loads(out.stdout)["items"]:
+        labels = item["metadata"]["labels"]
+        found[labels["name"]] = max(found.get(labels["name"], 0), int(labels["version"]))
+    return found
+
+
 def dependents_settle(cluster: DevCluster, ns: str, shards: Shards, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while wrong := misplaced(cluster, ns, shards):
-        assert time.monotonic() < deadline, wrong
-        time.sleep(1)
+    wrong: list[str] = []
+
+    def settled() -> bool:
+        wrong[:] = misplaced(cluster, ns, shards)
+        return not wrong
+
+    try:
+        eventually(settled, timeout, "every dependent on its resource's shard, watched by it alone")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still: {wrong}") from None
 
 
-def drains_asked(sharder: Sharder) -> set[str]:
-    """The resources the sharder asked a shard to drain (by name)."""
-    return {
+def drains_asked(sharder: Sharder) -> Counter[str]:
+    """How often the sharder asked a shard to drain each resource (by name)."""
+    return Counter(
         m.group(1)
         for line in sharder.log().splitlines()
         if '"Draining object from shard"' in line
         for m in [re.search(r'"object":\{"name":"([^"]+)"', line)]
         if m
-    }
+    )
 
 
 def replicas(cluster: DevCluster, ns: str) -> dict[str, int]:
@@ -196,12 +217,14 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), timeout=120)
     cluster.kubectl("wait", TINY, "--all", "-n", ns, "--for=condition=Ready", "--timeout=300s", timeout=320)
 
-    # Each resource was assigned to one shard, and installed by that shard alone, once.
+    # Each resource was assigned to one shard, and installed by that shard alone, once: one
+    # revision each (a helm call retried after a failure is one more process, not a revision).
     assigned = assignment(cluster, ns)
     assert sorted(assigned) == names, assigned
     assert set(assigned.values()) == {"shard-0", "shard-1", "shard-2"}, Counter(assigned.values())
     for shard, op in shards.running.items():
-        assert sorted(upgrades(op)) == sorted(n for n, s in assigned.items() if s == shard), shard
+        assert set(upgrades(op)) == {n for n, s in assigned.items() if s == shard}, (shard, upgrades(op))
+    assert revisions(cluster, ns) == dict.fromkeys(names, 1)
     dependents_settle(cluster, ns, shards)
     leases = json.loads(cluster.kubectl("get", "leases", "-n", ns, "-o", "json").stdout)["items"]
     ring_leases = {
@@ -233,11 +256,14 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
     served_again = time.monotonic() - killed
     moved = assignment(cluster, ns)
     assert all(moved[n] in ("shard-0", "shard-2") for n in orphans), moved
+    # Each orphan upgraded by the shard it moved to, and by no other; one new revision each.
     after = {s: upgrades(op)[before[s] :] for s, op in shards.running.items()}
-    assert sorted(n for done in after.values() for n in done) == orphans, after
+    for shard, done in after.items():
+        assert set(done) == {n for n in orphans if moved[n] == shard}, (shard, after)
+    assert revisions(cluster, ns) == {n: 2 if n in orphans else 1 for n in names}
     print(
         f"a dead shard's {len(orphans)} resources: reassigned {reassigned:.1f}s and served again "
-        f"{served_again:.1f}s after the kill (lease duration 6s)"
+        f"{served_again:.1f}s after the kill (lease duration {LEASE_SECONDS}s)"
     )
 
     # A new shard joins: the sharder drains a share of the resources from the others and assigns it
@@ -255,8 +281,8 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
         s: [] for s in shards.running
     }
     # Every resource the sharder asked to drain (its debug log says so; it asks again when its
-    # patch raced the shard's acknowledgement) was handed back by the shard that held it, once;
-    # the new shard got its share through them.
+    # patch raced the shard's acknowledgement) was handed back by the shard that held it, and no
+    # more often than it was asked; the new shard got its share through them.
     asked = eventually(lambda: drains_asked(sharder), timeout=10, what="drains")
     acknowledged = Counter(
         m.group(1)
@@ -264,11 +290,12 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
         for m in re.finditer(r"Tiny \S+/(\S+) drained: handed back", op.log())
     )
     final = assignment(cluster, ns)
-    assert set(acknowledged) == asked and set(acknowledged.values()) == {1}, (
+    assert set(acknowledged) == set(asked) and all(acknowledged[n] <= asked[n] for n in asked), (
         acknowledged,
         asked,
         Counter(final.values()),
     )
+    revised = revisions(cluster, ns)
     set_replicas(cluster, ns, names, 3)
     eventually(
         lambda: (
@@ -281,7 +308,8 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
     final = assignment(cluster, ns)
     for shard, op in shards.running.items():
         done = upgrades(op)[before.get(shard, 0) :]
-        assert sorted(done) == sorted(n for n, s in final.items() if s == shard), (shard, done)
+        assert set(done) == {n for n, s in final.items() if s == shard}, (shard, done)
+    assert revisions(cluster, ns) == {n: revised[n] + 1 for n in names}  # one revision per change
     dependents_settle(cluster, ns, shards)  # moved with their resources, watched by the new shard only
 
     # Drift of a moved resource is the new shard's to correct (and no one else's): its ConfigMap
@@ -297,6 +325,7 @@ def test_the_sharder_spreads_resources_a_dead_shards_move_and_a_new_shard_takes_
     )
     dependents_settle(cluster, ns, shards)
     assert {s: len(op.helm_calls()) for s, op in shards.running.items()} == actions
+    # Corrected by shard-3 (once, or again if its first write failed), by no other shard.
     now = {s: corrected(op) - corrections[s] for s, op in shards.running.items()}
-    assert now == {s: 1.0 if s == "shard-3" else 0.0 for s in shards.running}, now
+    assert now["shard-3"] >= 1 and all(n == 0 for s, n in now.items() if s != "shard-3"), now
     assert sharder.proc is not None and sharder.proc.poll() is None, sharder.log()[-2000:]
