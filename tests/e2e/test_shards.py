@@ -168,9 +168,10 @@ def test_two_static_shards_each_serve_their_own_half_and_a_relabelled_one_moves_
             timeout=320,
         )
 
-    # Each resource was installed by exactly its shard's instance, once.
+    # Each resource was installed by exactly its shard's instance (once: one revision each, below;
+    # a helm call retried after a failure is one more process, not one more revision).
     for shard in ("a", "b"):
-        assert sorted(upgrades(shards[shard])) == names[shard], (shard, upgrades(shards[shard]))
+        assert set(upgrades(shards[shard])) == set(names[shard]), (shard, upgrades(shards[shard]))
     # Neither serves a resource without the label (an --unsharded instance would).
     nobody = res.get(TINY, "nobody") or {}
     assert not nobody.get("status") and not nobody["metadata"].get("finalizers"), nobody
@@ -224,7 +225,7 @@ def test_two_static_shards_each_serve_their_own_half_and_a_relabelled_one_moves_
     )
     eventually(lambda: cached(shards["b"], "Deployment") == PER_SHARD + 1, timeout=30, what="b caches it")
     eventually(lambda: cached(shards["a"], "Deployment") == PER_SHARD - 1, timeout=30, what="a drops it")
-    assert upgrades(shards["b"])[before["b"] :] == ["a-07"]
+    assert set(upgrades(shards["b"])[before["b"] :]) == {"a-07"}  # its revision 2, above
     assert len(upgrades(shards["a"])) == before["a"]
 
     # From now on b alone acts for it: a spec change and a drift correction.
@@ -242,9 +243,10 @@ def test_two_static_shards_each_serve_their_own_half_and_a_relabelled_one_moves_
         lambda: res.exists("configmap", "a-07-config"), timeout=120, what="b recreates the deleted ConfigMap"
     )
     res.wait_condition(TINY, "a-07", "Ready", timeout=60)
-    assert upgrades(shards["b"])[before["b"] :] == ["a-07", "a-07"]
+    assert set(upgrades(shards["b"])[before["b"] :]) == {"a-07"}
     assert len(upgrades(shards["a"])) == before["a"]
-    assert release_secrets(cluster, ns, "b")["a-07"] == 3  # the drift was corrected without a revision
+    # One revision for the spec change; the drift was corrected without one.
+    assert release_secrets(cluster, ns, "b")["a-07"] == 3
 
     # The namespace deleted: each instance finishes the deletion of its own resources (the moved
     # one by b), and only those.
