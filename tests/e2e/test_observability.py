@@ -87,26 +87,36 @@ def test_metrics_probes_and_json_logs_over_a_lifecycle(
         res.delete(TINIES, "obs")
         res.delete(TINIES, "leaky")
         eventually(
-            lambda: sample(metrics(mport), "helm_operator_reconciles_total", action="uninstall") == 2,
+            lambda: (
+                sample(metrics(mport), "helm_operator_reconciles_total", action="uninstall", result="ready")
+                == 2
+            ),
             60,
             "uninstalls counted",
         )
 
         m = metrics(mport)
-        reconciles = {
-            (a, r): sample(m, "helm_operator_reconciles_total", watch=WATCH, action=a, result=r)
-            for a, r in (("install", "ready"), ("upgrade", "ready"), ("uninstall", "ready"))
-        }
-        assert reconciles == {("install", "ready"): 2, ("upgrade", "ready"): 1, ("uninstall", "ready"): 2}
+
+        def reconciles(action: str, result: str) -> float:
+            return sample(m, "helm_operator_reconciles_total", watch=WATCH, action=action, result=result)
+
+        # What was done, each once: two releases made and one upgraded (a failed helm call on the
+        # way is a reconcile of its own that ends "failed", and may turn the retry of a failed
+        # install into an upgrade), two deletions finished.
+        made = reconciles("install", "ready") + reconciles("upgrade", "ready")
+        assert made == 3 and reconciles("install", "ready") >= 1, m
+        assert reconciles("uninstall", "ready") == 2
         assert sample(m, "helm_operator_reconciles_total", watch=WATCH, result="stalled") >= 1  # leaky
-        # Every helm process: 1 version probe, 3 upgrade --install (2 installs, 1 upgrade) plus the
-        # leaky render's attempts, 1 uninstall (leaky never had a release). Nothing else started helm.
+        # Every helm process: 1 version probe, an upgrade --install per install or upgrade (2
+        # installs, 1 upgrade) plus the leaky render's attempts, an uninstall for obs (leaky never
+        # had a release) and one more for each that failed. Nothing else started helm.
         assert sample(m, "helm_operator_helm_processes_total", command="version") == 1
-        assert sample(m, "helm_operator_helm_processes_total", command="uninstall") == 1
+        uninstalls = sample(m, "helm_operator_helm_processes_total", command="uninstall")
+        assert 1 <= uninstalls <= 1 + reconciles("uninstall", "failed"), m
         upgrades = sample(m, "helm_operator_helm_processes_total", command="upgrade")
         assert upgrades == len([c for c in op.helm_calls() if c.startswith("upgrade")]) >= 4
         assert sample(m, "helm_operator_helm_action_duration_seconds_count", action="upgrade") == upgrades
-        assert sample(m, "helm_operator_helm_action_duration_seconds_count", action="uninstall") == 1
+        assert sample(m, "helm_operator_helm_action_duration_seconds_count", action="uninstall") == uninstalls
         handled = sum(
             v
             for k, v in m.items()
