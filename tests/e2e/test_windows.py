@@ -1,21 +1,26 @@
 """Maintenance windows on the local control plane: a change outside the window waits (the running
 release untouched, drift still corrected) and is applied when the window opens; the override
-annotation applies one change at once; an unreadable window is a precise stall."""
+annotation applies one change at once; an unreadable window is a precise stall.
+
+Every window is placed relative to the test's own clock (one that opens at a whole minute computed
+from now, open long enough for the work it must hold; one closed for hours): nothing waits for the
+wall clock's minute to come round to a fixed second."""
 
 from __future__ import annotations
 
 import datetime as dt
-import time
+from math import ceil
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from helm_operator.core.naming import WINDOW_OVERRIDE_ANNOTATION, WINDOWS_ANNOTATION
 
 from .conftest import Helm, custom, releases
 from .operator import OperatorProcess, Resources, eventually
+from .pace import within
 
 MEMCACHED = "memcacheds.cache.example.com"
-OPEN_FOR = 15  # seconds: the window opens at every minute's start, in a zone with a half-hour offset
-WINDOW = f"* * * * * {OPEN_FOR}s Asia/Kolkata"
+ZONE = "Asia/Kolkata"  # a zone with a half-hour offset: the windows are read in it, not in UTC
 
 
 def memcached(name: str, size: int, annotations: dict[str, str]) -> dict[str, Any]:
@@ -24,10 +29,30 @@ def memcached(name: str, size: int, annotations: dict[str, str]) -> dict[str, An
     return doc
 
 
-def outside_the_window(room: float = 20.0) -> None:
-    """Wait until the window is closed with at least ``room`` seconds before it opens again."""
-    while not (OPEN_FOR + 2 <= dt.datetime.now(dt.UTC).second <= 60 - room):
-        time.sleep(0.5)
+def first_minute_after(seconds: float) -> dt.datetime:
+    """The first whole minute (a cron's resolution) at least ``seconds`` from now."""
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
+    whole = at.replace(second=0, microsecond=0)
+    return whole if whole == at else whole + dt.timedelta(minutes=1)
+
+
+def window_at(opens: dt.datetime, seconds: float, daily: bool = False) -> str:
+    """The annotation of a window that opens at ``opens`` (a whole minute, written in ZONE's local
+    time) for ``seconds``: that day of the year only, or every day at that time."""
+    local = opens.astimezone(ZoneInfo(ZONE))
+    day = "* *" if daily else f"{local.day} {local.month}"
+    return f"{local.minute} {local.hour} {day} * {ceil(seconds)}s {ZONE}"
+
+
+def far_window() -> tuple[str, dt.datetime]:
+    """A window closed now that opens every day twelve hours from now (for an hour), and its
+    next opening."""
+    opens = first_minute_after(12 * 3600)
+    return window_at(opens, 3600, daily=True), opens
+
+
+def stamp(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def revision(helm: Helm, ns: str, name: str) -> int:
@@ -44,29 +69,29 @@ def replicas(res: Resources, name: str) -> int:
     return int((res.get("deployment", name) or {})["spec"]["replicas"])
 
 
+def maintenance(res: Resources, name: str) -> dict[str, Any]:
+    return dict(((res.get(MEMCACHED, name) or {}).get("status") or {}).get("maintenance") or {})
+
+
 def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_and_an_override_applies_once(
     operator: OperatorProcess, res: Resources, helm4: Helm
 ) -> None:
-    own = {WINDOWS_ANNOTATION: WINDOW}
-    outside_the_window()
-    res.apply(memcached("win", 1, own))  # a first install never waits
+    far, far_opens = far_window()
+    shut = {WINDOWS_ANNOTATION: far}
+    res.apply(memcached("win", 1, shut))  # a first install never waits
     res.wait_condition(MEMCACHED, "win", "Ready", timeout=60)
     assert revision(helm4, res.ns, "win") == 1
 
-    outside_the_window(room=30)
-    res.apply(memcached("win", 2, own))
+    # Outside the window, a change waits.
+    res.apply(memcached("win", 2, shut))
     ready = res.wait_condition(MEMCACHED, "win", "Ready", timeout=30)
     # Ready tells the truth about what runs: revision 1, healthy; the change waits.
     assert ready["reason"] == "UpgradePending" and "revision 1" in ready["message"], ready
     pending = res.condition(MEMCACHED, "win", "UpgradePending")
     assert pending["status"] == "True" and pending["reason"] == "OutsideMaintenanceWindow", pending
-    status = (res.get(MEMCACHED, "win") or {})["status"]
-    opens = dt.datetime.fromisoformat(status["maintenance"]["nextWindow"].replace("Z", "+00:00"))
-    assert opens.second == 0 and 0 < (opens - dt.datetime.now(dt.UTC)).total_seconds() <= 60, opens
-    assert (
-        status["maintenance"]["nextWindow"] in pending["message"]
-        and WINDOW_OVERRIDE_ANNOTATION in pending["message"]
-    )
+    # The next opening, read in the window's zone: exactly the one placed.
+    assert maintenance(res, "win")["nextWindow"] == stamp(far_opens), (maintenance(res, "win"), far)
+    assert stamp(far_opens) in pending["message"] and WINDOW_OVERRIDE_ANNOTATION in pending["message"]
     assert any(e["reason"] == "UpgradePending" for e in res.events("win"))
     assert revision(helm4, res.ns, "win") == 1 and replicas(res, "win") == 1
 
@@ -75,27 +100,10 @@ def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_a
     eventually(lambda: replicas(res, "win") == 1, timeout=30, what="drift corrected while the change waits")
     assert revision(helm4, res.ns, "win") == 1, "no upgrade before the window"
 
-    # The window opens: the change is applied then (not before).
-    eventually(
-        lambda: revision(helm4, res.ns, "win") == 2, timeout=90, what="the upgrade at the window's opening"
-    )
-    applied = updated(helm4, res.ns, "win")
-    assert opens <= applied < opens + dt.timedelta(seconds=OPEN_FOR), (
-        "applied in the window",
-        applied,
-        opens,
-    )
-    res.wait_condition(MEMCACHED, "win", "UpgradePending", status="False", timeout=30)
-    assert res.wait_condition(MEMCACHED, "win", "Ready", timeout=30)["reason"] != "UpgradePending"
-    assert replicas(res, "win") == 2
-
-    # Outside the window again: an override applies the next change at once, and only that one.
-    outside_the_window()
-    res.apply(memcached("win", 3, own))
-    res.wait_condition(MEMCACHED, "win", "UpgradePending", timeout=30)
+    # An override applies the waiting change at once (the window stays shut for hours), and only that one.
     res.cluster.kubectl("annotate", MEMCACHED, "win", "-n", res.ns, f"{WINDOW_OVERRIDE_ANNOTATION}=change-1")
-    eventually(lambda: revision(helm4, res.ns, "win") == 3, timeout=30, what="the overridden change applied")
-    assert updated(helm4, res.ns, "win").second > OPEN_FOR, "applied by the override, not by the window"
+    eventually(lambda: revision(helm4, res.ns, "win") == 2, timeout=30, what="the overridden change applied")
+    assert updated(helm4, res.ns, "win") < far_opens
     # The Event comes with the action's outcome, after Helm has stored the revision.
     overridden = eventually(
         lambda: [e for e in res.events("win") if e["reason"] == "WindowOverridden"],
@@ -104,18 +112,45 @@ def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_a
     )
     assert "change-1" in overridden[0]["message"], overridden
     record = eventually(
-        lambda: ((res.get(MEMCACHED, "win") or {})["status"].get("maintenance") or {}).get("lastOverride"),
-        timeout=30,
-        what="the override recorded",
+        lambda: maintenance(res, "win").get("lastOverride"), timeout=30, what="the override recorded"
     )
     assert record["value"] == "change-1", record
+    res.wait_condition(MEMCACHED, "win", "UpgradePending", status="False", timeout=30)
+    assert replicas(res, "win") == 2
 
-    outside_the_window(room=25)
-    doc = memcached("win", 4, {**own, WINDOW_OVERRIDE_ANNOTATION: "change-1"})
+    doc = memcached("win", 3, {**shut, WINDOW_OVERRIDE_ANNOTATION: "change-1"})
     res.apply(doc)  # the same override value: already used, the change waits
     res.wait_condition(MEMCACHED, "win", "UpgradePending", timeout=30)
-    time.sleep(3)
-    assert revision(helm4, res.ns, "win") == 3 and replicas(res, "win") == 3
+    assert revision(helm4, res.ns, "win") == 2 and replicas(res, "win") == 2
+
+    # A window that opens soon (room for the operator to read it first), open long enough for the
+    # upgrade: the change that waits is applied when it opens, not before.
+    opens = first_minute_after(within(10))
+    open_for = within(120)
+    soon = window_at(opens, open_for)
+    res.cluster.kubectl(
+        "annotate", "--overwrite", MEMCACHED, "win", "-n", res.ns, f"{WINDOWS_ANNOTATION}={soon}"
+    )
+    eventually(
+        lambda: maintenance(res, "win").get("nextWindow") == stamp(opens),
+        timeout=10,
+        what=f"the change waits for the window at {stamp(opens)}",
+    )
+    assert revision(helm4, res.ns, "win") == 2, "no upgrade before the window opens"
+    eventually(
+        lambda: revision(helm4, res.ns, "win") == 3,
+        timeout=(opens - dt.datetime.now(dt.UTC)).total_seconds() + 60,
+        what="the upgrade at the window's opening",
+    )
+    applied = updated(helm4, res.ns, "win")
+    assert opens <= applied < opens + dt.timedelta(seconds=open_for), (
+        "applied in the window",
+        applied,
+        opens,
+    )
+    res.wait_condition(MEMCACHED, "win", "UpgradePending", status="False", timeout=30)
+    assert res.wait_condition(MEMCACHED, "win", "Ready", timeout=30)["reason"] != "UpgradePending"
+    assert replicas(res, "win") == 3
     res.delete(MEMCACHED, "win")
 
 
