@@ -45,7 +45,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 PACE = pytest.StashKey[tuple[float, float]]()
-STARTED = pytest.StashKey[tuple[float, int]]()
+STARTED = pytest.StashKey[tuple[float, int, int]]()
 
 
 class Session:
@@ -58,7 +58,8 @@ class Session:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[STARTED] = (time.time(), len(OperatorProcess.seen))
+    shared = Session.operator.starts if Session.operator is not None else 0
+    item.stash[STARTED] = (time.time(), len(OperatorProcess.seen), shared)
     Wait.what = ""
 
 
@@ -67,11 +68,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """A failed test (setup or body) gets a diagnosis in its report and artifacts on disk."""
     report = yield
     if report.failed and report.when in ("setup", "call") and STARTED in item.stash:
-        since, first = item.stash[STARTED]
-        operators = OperatorProcess.seen[first:]
+        since, first, shared = item.stash[STARTED]
+        operators = [(op, 1) for op in OperatorProcess.seen[first:]]
         served = {"operator", "driven"} & set(getattr(item, "fixturenames", ()))
-        if served and Session.operator is not None and Session.operator not in operators:
-            operators = [Session.operator, *operators]
+        if served and Session.operator is not None and Session.operator not in OperatorProcess.seen[first:]:
+            operators = [(Session.operator, max(1, shared)), *operators]
         try:
             text = diagnosis.gather(item.nodeid, Session.cluster, Session.helm, since, operators)
         except Exception as exc:  # the diagnosis must never hide the failure it explains

@@ -70,9 +70,15 @@ def conditions(items: list[dict[str, Any]]) -> list[str]:
 
 
 def gather(
-    nodeid: str, cluster: DevCluster | None, helm: Path | None, since: float, operators: list[OperatorProcess]
+    nodeid: str,
+    cluster: DevCluster | None,
+    helm: Path | None,
+    since: float,
+    operators: list[tuple[OperatorProcess, int]],
 ) -> str:
-    """Write the artifacts of a failed test; return the compact diagnosis."""
+    """Write the artifacts of a failed test; return the compact diagnosis. ``operators``: each
+    process that served the test with the first of its starts that did (a shared one's earlier
+    starts served other tests)."""
     folder = folder_for(nodeid)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "nodeid").write_text(nodeid + "\n")
@@ -82,8 +88,8 @@ def gather(
         error = f"; last error: {Wait.error}" if Wait.error else ""
         out.append(f"last wait: {Wait.what} ({Wait.seconds:.1f}s): last={str(Wait.last)[:300]}{error}")
     summary = list(out)
-    for i, op in enumerate(operators):
-        for start in range(1, op.starts + 1):
+    for i, (op, first) in enumerate(operators):
+        for start in range(max(1, first), op.starts + 1):
             log = op.workdir / f"operator-{start}.log"
             if not log.exists():
                 continue
