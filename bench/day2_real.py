@@ -106,6 +106,9 @@ load "$1" "$2" "$3" & b=$!
 wait $a && wait $b
 """
 ETCD_POD = {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}}
+# The instances' resources here: the chart's CPU limit (a core each; the e2e tests, sharing the
+# machine, give them less), a small request.
+PG_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}
 ETCD_CLAIM = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}
 
 
@@ -178,7 +181,16 @@ def windows(res: Resources, name: str, trials: int, how: str) -> list[float]:
 
 def postgres(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -> None:
     name = "big"
-    res.apply(real_pg(name, replicas=3, failoverDelay="5s", storage="2Gi", backup={"storage": "2Gi"}))
+    res.apply(
+        real_pg(
+            name,
+            replicas=3,
+            failoverDelay="5s",
+            storage="2Gi",
+            backup={"storage": "2Gi"},
+            resources=PG_RESOURCES,
+        )
+    )
     res.wait_condition(PG, name, "Ready", timeout=600)
     eventually(lambda: day2(res, name).get("currentPrimary") == f"{name}-0", timeout=120)
     began = time.time()
@@ -198,7 +210,9 @@ def postgres(res: Resources, args: argparse.Namespace, result: dict[str, Any]) -
     print(f"backup: {result['backup'][0]:.0f}s, {dump / 1e6:.1f} MB compressed", flush=True)
 
     applied = time.time()
-    res.apply(real_pg("restored", storage="2Gi", restore={"fromBackup": backup["name"]}))
+    res.apply(
+        real_pg("restored", storage="2Gi", restore={"fromBackup": backup["name"]}, resources=PG_RESOURCES)
+    )
     res.wait_condition(PG, "restored", "Ready", timeout=1200)
     ready = time.time() - applied
     restore = day2(res, "restored").get("restore") or {}
@@ -395,7 +409,7 @@ def pg_version(res: Resources, args: argparse.Namespace, result: dict[str, Any])
     """``--version-changes`` version changes of 3 real instances under a writer through the Service."""
     name = "ver"
     exact = exact_version()
-    res.apply(real_pg(name, replicas=3, failoverDelay="5s"))
+    res.apply(real_pg(name, replicas=3, failoverDelay="5s", resources=PG_RESOURCES))
     res.wait_condition(PG, name, "Ready", timeout=600)
     eventually(lambda: day2(res, name).get("currentPrimary"), timeout=120)
     wait_replicating(res, str(day2(res, name)["currentPrimary"]), 2)
@@ -412,7 +426,7 @@ def pg_version(res: Resources, args: argparse.Namespace, result: dict[str, Any])
         version = exact if i % 2 == 0 else "15"
         old = str(day2(res, name)["currentPrimary"])
         started = time.time()
-        res.apply(real_pg(name, replicas=3, failoverDelay="5s", version=version))
+        res.apply(real_pg(name, replicas=3, failoverDelay="5s", version=version, resources=PG_RESOURCES))
 
         def rolled(version: str = version) -> bool:
             roll = day2(res, name).get("roll") or {}

@@ -17,6 +17,7 @@ from helm_operator.dev.nodeconfig import LABEL, TAINT_KEY
 from helm_operator.dev.realnode import RealNode
 
 from .operator import OperatorProcess, Resources, eventually
+from .pace import within
 from .test_day2 import PG, backups, day2, pg
 
 ON_REAL_NODE: dict[str, Any] = {
@@ -26,15 +27,23 @@ ON_REAL_NODE: dict[str, Any] = {
 PASSWORD = "pw-of-the-test"
 
 
+# Each instance's share of the real node's machine, which the suite shares with two others and
+# with the control planes: a small request, and a limit of 0.3 cores (the chart's default limit is a
+# whole core: three instances could take both of the machine's from the API server and the
+# operator). An instance at work here uses a few percent of a core.
+RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "300m", "memory": "1Gi"}}
+
+
 def real_pg(name: str, **spec: Any) -> dict[str, Any]:
-    """A PostgreSQLCluster of real PostgreSQL 15 instances (Debian's, imported) on the real node."""
+    """A PostgreSQLCluster of real PostgreSQL 15 instances (Debian's, imported) on the real node
+    (``resources``: ``RESOURCES`` unless given)."""
     spec.setdefault("version", "15")
+    spec.setdefault("resources", RESOURCES)
     return pg(
         name,
         imageRepository=images.POSTGRES.rsplit(":", 1)[0],
         imagePullPolicy="Never",
         auth={"password": PASSWORD},
-        resources={"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
         postgresqlConf={"shared_buffers": "32MB", "wal_keep_size": "64MB"},
         **ON_REAL_NODE,
         **spec,
@@ -48,7 +57,7 @@ def sql(res: Resources, pod: str, query: str, timeout: float = 60, check: bool =
         "exec", "-n", res.ns, pod, "-c", "postgres", "--",
         "psql", "-h", "/var/run/postgresql", "-U", "postgres", "-d", "app", "-v", "ON_ERROR_STOP=1",
         "-tAc", query,
-        timeout=timeout, check=check,
+        timeout=within(timeout), check=check,
     )  # fmt: skip
     return out.stdout.strip() if out.returncode == 0 else ""
 
@@ -123,12 +132,44 @@ def wait_replicating(res: Resources, primary: str, standbys: int) -> None:
     )
 
 
+ACTION = "helm-operator.io/action"
+
+
+def backup_now(res: Resources, kind: str, name: str) -> dict[str, Any]:
+    """A backup taken on request (``helm-operator.io/action: backup-now``): its record, once it
+    succeeded and the request was acknowledged (so that the same request again is a new one)."""
+
+    def state() -> tuple[dict[str, Any], dict[str, Any]]:
+        obj = res.get(kind, name) or {}
+        return obj, (obj.get("status") or {}).get("day2") or {}
+
+    before = {b["name"] for b in state()[1].get("backups") or []}
+
+    def done() -> dict[str, Any] | None:
+        obj, status = state()
+        last = status.get("lastAction") or {}
+        if (
+            last.get("request") != "backup-now"
+            or last.get("name") in before
+            or last.get("phase") != "Succeeded"
+            or ACTION in (obj["metadata"].get("annotations") or {})
+            or not last.get("acknowledged")
+        ):
+            return None
+        return next((dict(b) for b in status.get("backups") or [] if b["name"] == last["name"]), None)
+
+    res.cluster.kubectl("annotate", "--overwrite", kind, name, "-n", res.ns, f"{ACTION}=backup-now")
+    record: dict[str, Any] = eventually(done, timeout=180, interval=1, what=f"{name}: a backup on request")
+    assert record.get("phase") == "Succeeded", record
+    return record
+
+
 @pytest.mark.timeout(1500)
 def test_backups_restore_with_the_same_rows_retention_deletes_files_and_the_final_backup_holds_the_last_rows(
     real_node: RealNode, operator: OperatorProcess, res: Resources
 ) -> None:
     name = "bk"
-    res.apply(real_pg(name, replicas=3, backup={"schedule": "* * * * *", "maxBackups": 2}))
+    res.apply(real_pg(name, replicas=3, backup={"maxBackups": 2}))
     res.wait_condition(PG, name, "Ready", timeout=300)
     eventually(lambda: day2(res, name).get("currentPrimary") == f"{name}-0", timeout=60, what="bk-0 primary")
     wait_replicating(res, f"{name}-0", 2)
@@ -141,17 +182,10 @@ def test_backups_restore_with_the_same_rows_retention_deletes_files_and_the_fina
     eventually(
         lambda: sql(res, f"{name}-2", CHECKSUM, check=False) == written, timeout=60, what="bk-2 caught up"
     )
-    after_write = time.time()
 
-    # The scheduled backup runs on time (every minute) and is a valid, complete dump.
-    def first_after_write() -> dict[str, Any] | None:
-        for b in day2(res, name).get("backups", []):
-            started = b.get("startTime") or ""
-            if b.get("phase") == "Succeeded" and started and _epoch(started) >= after_write - 1:
-                return dict(b)
-        return None
-
-    backup = eventually(first_after_write, timeout=150, what="a scheduled backup after the write")
+    # A backup taken on request is a valid, complete dump. (When scheduled backups start is the
+    # KWOK suite's to show, tests/e2e/test_day2.py: here the test says when.)
+    backup = backup_now(res, PG, name)
     claim = f"{name}-backups"
     files = files_on(res, claim, "ls-1")
     assert f"{backup['name']}.sql.gz" in files and files[f"{backup['name']}.sql.gz"] > 100_000, files
@@ -168,8 +202,10 @@ def test_backups_restore_with_the_same_rows_retention_deletes_files_and_the_fina
     res.wait_condition(PG, "rs", "Ready", timeout=300)
     assert sql(res, "rs-0", CHECKSUM) == written
 
-    # Count retention (2) prunes the records and deletes the files of the pruned backups.
-    eventually(lambda: len(backups(res, name)) >= 2 and backup["name"] not in backups(res, name), timeout=200,
+    # Count retention (2): two more backups prune the records and delete the files of the first.
+    second = backup_now(res, PG, name)
+    third = backup_now(res, PG, name)
+    eventually(lambda: backups(res, name) == [second["name"], third["name"]], timeout=60,
                what="the first backup pruned by count")  # fmt: skip
     kept = set(backups(res, name))
 
@@ -192,19 +228,11 @@ def test_backups_restore_with_the_same_rows_retention_deletes_files_and_the_fina
     assert uid[:8] in final[0]
 
 
-def _epoch(text: str) -> float:
-    import datetime as dt
-
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-# A client of the cluster: one INSERT through the client Service every 0.1 s, each on a new
-# connection; prints "<epoch> ok <id>" for an acknowledged write, "<epoch> fail" otherwise.
-# A new connection per write every 0.1 s, through the Service: ``WRITER`` one loop (the e2e tests,
-# which share the machine with other suites), ``FAST_WRITER`` two side by side (the benchmark, alone
-# on the machine: about 10 writes a second; one loop writes fewer than 5 when a connection takes
-# ~0.1 s).
-_WRITE = r"""
+def _write(pause: float) -> str:
+    """A client of the cluster: one INSERT through the client Service, each on a new connection,
+    then ``pause`` seconds; prints "<epoch> ok <id>" for an acknowledged write, "<epoch> fail"
+    otherwise."""
+    return r"""
 ( while true; do
     if id=$(psql "host=$SERVICE user=postgres dbname=app connect_timeout=1" -tAqc \
             "INSERT INTO w (at) VALUES (now()) RETURNING id" 2>/dev/null); then
@@ -212,21 +240,30 @@ _WRITE = r"""
     else
       echo "$(date +%s.%N) fail"
     fi
-    sleep 0.1
+    sleep PAUSE
   done ) &
-"""
-WRITER = _WRITE + "wait\n"
-FAST_WRITER = _WRITE + _WRITE + "wait\n"
+""".replace("PAUSE", f"{pause:g}")
 
-# Every instance asked directly, ten times a second, on one session each (psql's \watch: a new
-# psql per look managed fewer than 2 a second on a busy machine): "<epoch> <ordinal> <t|f|down>"
-# (t: in recovery, a standby; f: writable, a primary; the time is the server's clock, the same
-# machine's). A session that ends (its instance restarting) logs "down" and connects again.
+
+# ``WRITER`` (the e2e tests): a write every half second or so. What the tests assert of the writes
+# holds at any rate (no acknowledged write lost; writes through the Service again after each
+# change of primary), and the machine is shared with two other suites. ``FAST_WRITER`` (the
+# benchmark, alone on the machine, measuring the window of unavailability to a tenth of a second):
+# two loops side by side, a write every 0.1 s each (about 10 a second; one loop writes fewer than 5
+# when a connection takes ~0.1 s).
+WRITER = _write(0.5) + "wait\n"
+FAST_WRITER = _write(0.1) + _write(0.1) + "wait\n"
+
+# Every instance asked directly twice a second, on one session each (psql's \watch):
+# "<epoch> <ordinal> <t|f|down>" (t: in recovery, a standby; f: writable, a primary; the time is
+# the server's clock, the same machine's). A session that ends (its instance restarting) logs "down"
+# and connects again. Twice a second is enough for ``two_writable``: an instance changes role at
+# its chart's checks, a second apart, so two primaries at once would last a second or more.
 OBSERVER = r"""
 for i in 0 1 2; do
   ( while true; do
       printf '%s\n' "SELECT extract(epoch FROM clock_timestamp()) || ' $i ' || \
-                       CASE WHEN pg_is_in_recovery() THEN 't' ELSE 'f' END" '\watch 0.1' |
+                       CASE WHEN pg_is_in_recovery() THEN 't' ELSE 'f' END" '\watch 0.5' |
         psql "host=$NAME-$i.$HEADLESS user=postgres dbname=postgres connect_timeout=1" -tAq 2>/dev/null
       echo "${EPOCHREALTIME} $i down"
       sleep 0.2
@@ -257,9 +294,8 @@ def _client_pod(res: Resources, name: str, script: str, env: dict[str, str]) -> 
             },
         }
     )
-    res.cluster.kubectl(
-        "wait", "-n", res.ns, f"pod/{name}", "--for=condition=Ready", "--timeout=60s", timeout=70
-    )
+    ready = ("wait", "-n", res.ns, f"pod/{name}", "--for=condition=Ready", f"--timeout={within(60):.0f}s")
+    res.cluster.kubectl(*ready, timeout=within(70))
 
 
 def _explain(res: Resources, name: str) -> None:
@@ -282,16 +318,55 @@ def _log(res: Resources, pod: str) -> list[list[str]]:
     return sorted((w for w in lines if len(w) >= 2), key=lambda w: float(w[0]))
 
 
-def two_writable(samples: list[list[str]], window: float = 0.3) -> list[tuple[float, list[str]]]:
-    """Moments when two instances both answered as writable primaries within ``window`` seconds."""
-    last: dict[str, tuple[float, str]] = {}
-    found = []
+def writable_spans(samples: list[list[str]]) -> dict[str, list[tuple[float, float]]]:
+    """Per instance, the spans it was writable: from the first to the last of the "f" answers in a
+    row on one session. Between two such answers it was writable throughout: a primary becomes a
+    standby only by restarting, which ends the session ("down")."""
+    spans: dict[str, list[list[float]]] = {}
+    writable: set[str] = set()  # the instances whose last answer was "f"
     for at, who, state in sorted(((float(t), i, s) for t, i, s in samples), key=lambda x: x[0]):
-        last[who] = (at, state)
-        writable = [i for i, (t, s) in last.items() if s == "f" and at - t <= window]
-        if len(writable) > 1:
-            found.append((at, writable))
-    return found
+        if state != "f":
+            writable.discard(who)
+        elif who in writable:
+            spans[who][-1][1] = at
+        else:
+            spans.setdefault(who, []).append([at, at])
+            writable.add(who)
+    return {who: [(first, last) for first, last in found] for who, found in spans.items()}
+
+
+def two_writable(samples: list[list[str]]) -> list[tuple[str, tuple[float, float], str, tuple[float, float]]]:
+    """Two instances seen writable at once: spans of ``writable_spans`` of two instances that
+    overlap (one answered "f" while the other was between two "f" answers of one session)."""
+    spans = writable_spans(samples)
+    return [
+        (a, x, b, y)
+        for a, b in itertools.combinations(sorted(spans), 2)
+        for x in spans[a]
+        for y in spans[b]
+        if x[0] <= y[1] and y[0] <= x[1]
+    ]
+
+
+def watched(res: Resources, pod: str, since: float, observer: str = "observer") -> None:
+    """Wait until the observer has seen ``pod`` answer as a writable primary after ``since`` (epoch
+    seconds): what ``two_writable`` then says covers that primary's time."""
+    ordinal = pod.rpartition("-")[2]
+    eventually(
+        lambda: any(s[1] == ordinal and s[2] == "f" and float(s[0]) > since for s in _log(res, observer)),
+        timeout=60,
+        what=f"the observer seeing {pod} writable",
+    )
+
+
+def observed(samples: list[list[str]]) -> str:
+    """How often the observer answered, per instance (printed: the rate is no assertion)."""
+    times = sorted(float(s[0]) for s in samples)
+    span = (times[-1] - times[0]) or 1.0
+    per = {i: sum(1 for s in samples if s[1] == i) for i in sorted({s[1] for s in samples})}
+    return f"{len(samples)} answers over {span:.0f}s, per instance a second: " + ", ".join(
+        f"{i} {n / span:.1f}" for i, n in per.items()
+    )
 
 
 def unavailable(writes: list[list[str]], since: float) -> tuple[float, float, float]:
@@ -333,10 +408,12 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     headless = f"{name}-headless.{res.ns}.svc.cluster.local"
     _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
     _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
-    eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 20, timeout=60, what="writes")
+    eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 5, timeout=60, what="writes")
+    watched(res, "ha-0", 0.0)
 
     def primary_after(old: str, started: float, how: str) -> str:
-        """The instance promoted in place of ``old`` (the Ready standby with the lowest ordinal)."""
+        """The instance promoted in place of ``old`` (the Ready standby with the lowest ordinal),
+        once writes go through the Service again and the observer has seen it writable."""
         try:
             new = eventually(lambda: (day2(res, name).get("currentPrimary") or old) != old and
                              day2(res, name)["currentPrimary"], timeout=120, interval=0.5,
@@ -344,9 +421,11 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
         except AssertionError:
             _explain(res, name)
             raise
-        seen = time.time()
-        eventually(lambda: written_again(_log(res, "writer"), started, seen),
+        promoted = time.time()
+        eventually(lambda: written_again(_log(res, "writer"), started, promoted),
                    timeout=120, what=f"writes through the Service after {how}")  # fmt: skip
+        watched(res, str(new), started)
+        # The window is the benchmark's to measure (bench.day2_real, bench/results/day2-real.md).
         last_ok, back, gap = unavailable(_log(res, "writer"), started)
         when = f"last ok {last_ok - started:+.2f}s, back {back - started:+.2f}s"
         print(f"{how}: {new} promoted, writes unavailable {gap:.2f}s ({when})")
@@ -382,9 +461,8 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
 
     # 3. A switchover on request (to a Ready standby) loses no acknowledged write.
     target = next(p for p in ("ha-0", "ha-1", "ha-2") if p != second)
-    res.cluster.kubectl(
-        "wait", "-n", res.ns, f"pod/{target}", "--for=condition=Ready", "--timeout=120s", timeout=130
-    )
+    ready = ("wait", "-n", res.ns, f"pod/{target}", "--for=condition=Ready", f"--timeout={within(120):.0f}s")
+    res.cluster.kubectl(*ready, timeout=within(130))
     t3 = time.time()
     res.cluster.kubectl("annotate", PG, name, "-n", res.ns, f"helm-operator.io/action=switchover={target}")
     assert primary_after(second, t3, "switchover") == target
@@ -395,14 +473,10 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     acknowledged = {int(w[2]) for w in writes if w[1] == "ok"}
     stored = {int(i) for i in sql(res, target, "SELECT id FROM w").split()}
     assert acknowledged <= stored, f"acknowledged writes lost: {sorted(acknowledged - stored)[:20]}"
+    # The observer saw each old primary writable before its change and each new one after it
+    # (``watched``); no two instances were seen writable at once.
     samples = _log(res, "observer")
-    per_instance = {i: sorted(float(s[0]) for s in samples if s[1] == i) for i in "012"}
-    span = max(v[-1] for v in per_instance.values()) - min(v[0] for v in per_instance.values())
-    rates = {i: len(v) / span for i, v in per_instance.items()}
-    print(f"observer: {len(samples)} samples over {span:.0f}s, per instance {rates}")
-    # Several looks a second at every instance (about 10; fewer while one restarts): dense enough
-    # that two writable primaries at once would be seen.
-    assert all(r >= 5 for r in rates.values()), rates
+    print(f"observer: {observed(samples)}")
     assert two_writable(samples) == [], "two writable primaries seen"
 
 
@@ -439,7 +513,8 @@ def test_a_version_change_restarts_the_standbys_first_and_moves_the_primary_last
     headless = f"{name}-headless.{res.ns}.svc.cluster.local"
     _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
     _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
-    eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 20, timeout=60, what="writes")
+    eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 5, timeout=60, what="writes")
+    watched(res, f"{name}-0", 0.0)
     before = images_of(res, name)
     assert set(before.values()) == {images.POSTGRES}, before
 
@@ -457,7 +532,8 @@ def test_a_version_change_restarts_the_standbys_first_and_moves_the_primary_last
     except AssertionError:
         _explain(res, name)
         raise
-    took = time.time() - started
+    done = time.time()
+    took = done - started
     res.wait_condition(PG, name, "Ready", timeout=120)
     assert roll["rolled"] == [f"{name}-2", f"{name}-1", f"{name}-0"], roll  # the primary last
     primary = day2(res, name)["currentPrimary"]
@@ -468,6 +544,11 @@ def test_a_version_change_restarts_the_standbys_first_and_moves_the_primary_last
     eventually(lambda: sql(res, f"{name}-0", "SELECT pg_is_in_recovery()", check=False) == "t",
                timeout=180, what=f"{name}-0 a standby")  # fmt: skip
     wait_replicating(res, primary, 2)
+    # The writer writes through the Service again after the switchover, to the new primary, which
+    # the observer has seen writable.
+    eventually(lambda: written_again(_log(res, "writer"), started, done), timeout=120,
+               what="writes through the Service after the version change")  # fmt: skip
+    watched(res, primary, started)
     time.sleep(2)
 
     writes = _log(res, "writer")
@@ -478,14 +559,15 @@ def test_a_version_change_restarts_the_standbys_first_and_moves_the_primary_last
     rate = len(during) / (float(during[-1][0]) - started)
     last_ok, back, gap = unavailable(writes, started)
     failed = sum(1 for w in during if w[1] == "fail")
+    # The rate and the window are the benchmark's to show (bench.day2_real --parts pg-version: 9-10
+    # writes/s alone on the machine, its FAST_WRITER); printed here, not asserted.
     print(
         f"version change 15 -> {exact}: {took:.0f}s; {len(during)} writes ({rate:.1f}/s), {failed} failed, "
         f"unavailable {gap:.2f}s (last ok {last_ok - started:+.1f}s, back {back - started:+.1f}s)"
     )
-    # The rate is the benchmark's to show (bench.day2_real --parts pg-version: 9-10 writes/s, alone
-    # on the machine); here, beside the other suites, the writer must only have written throughout.
-    assert rate >= 1, f"the writer wrote {rate:.1f}/s"
-    assert two_writable(_log(res, "observer")) == [], "two writable primaries seen"
+    samples = _log(res, "observer")
+    print(f"observer: {observed(samples)}")
+    assert two_writable(samples) == [], "two writable primaries seen"
 
     # A major version: refused before anything restarts, the reason on the resource.
     res.apply(real_pg(name, replicas=3, failoverDelay="5s", version="16"))
