@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from math import ceil
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH, Helm, releases, tiny
 from .operator import REPO, OperatorProcess, Resources, eventually, metrics
+from .pace import within
 
 TINY = "tinies.test.helm-operator.io"
 WATCH_KEY = "Tiny.v1.test.helm-operator.io"
@@ -221,19 +223,27 @@ def test_a_fleet_rolls_out_wave_by_wave_halts_on_a_broken_wave_and_rolls_it_back
         cluster.kubectl("delete", "rollouts.helm-operator.io", TINY, "--ignore-not-found", check=False)
 
 
-TEST_POD = """apiVersion: v1
-kind: Pod
+# A test Job that fails at once on any machine: its Pod cannot be placed and the Job may run for
+# one second (DeadlineExceeded). (A bare test Pod would never finish on KWOK's fake nodes: its
+# `helm test` would fail only when the timeout below runs out.)
+TEST_FAILING_JOB = """apiVersion: batch/v1
+kind: Job
 metadata:
   name: {{ .Release.Name }}-check
   annotations:
     helm.sh/hook: test
     helm.sh/hook-delete-policy: before-hook-creation
 spec:
-  restartPolicy: Never
-  containers:
-    - {name: check, image: registry.example/check:1.0, command: ["true"]}
+  backoffLimit: 0
+  activeDeadlineSeconds: 1
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {no-such-node: "true"}
+      containers:
+        - {name: check, image: registry.example/check:1.0, command: ["false"]}
 """
-# A Job's Pod completes on KWOK's fake nodes; a bare Pod runs forever there: `helm test` times out.
+# A Job's Pod completes on KWOK's fake nodes: the passing test.
 TEST_JOB = """apiVersion: batch/v1
 kind: Job
 metadata:
@@ -259,7 +269,10 @@ def test_a_wave_gated_on_helm_test_halts_when_the_chart_s_tests_fail_and_goes_on
     res = Resources(cluster, ns)
 
     def watches(name: str, chart: Path) -> Path:
-        watch = {**TINY_WATCH, "chart": str(chart), "timeout": "12s", "maxConcurrentReconciles": 2}
+        # What Helm gives an upgrade and a `helm test` (the passing test Job must finish within it):
+        # room for a loaded machine, not a product number; no failure here waits for it to run out.
+        timeout = f"{ceil(within(30))}s"
+        watch = {**TINY_WATCH, "chart": str(chart), "timeout": timeout, "maxConcurrentReconciles": 2}
         watch["rollout"] = {"waves": [{"name": "first", "percent": 50}, {"name": "second", "percent": 100}]}
         watch["rollout"]["test"] = True
         (tmp_path / name).write_text(yaml.safe_dump([watch]))
@@ -290,7 +303,7 @@ def test_a_wave_gated_on_helm_test_halts_when_the_chart_s_tests_fail_and_goes_on
         )
         op.stop()
 
-        op.watches = watches("w2.yaml", with_test("0.2.0", TEST_POD))
+        op.watches = watches("w2.yaml", with_test("0.2.0", TEST_FAILING_JOB))
         op.start()
         halted = eventually(
             lambda: (r := rollout(cluster)).get("status", {}).get("phase") == "Halted" and r,
