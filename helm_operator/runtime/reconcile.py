@@ -36,7 +36,7 @@ from helm_operator.core.naming import (
 )
 from helm_operator.core.values import user_values
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
-from helm_operator.drift.check import DriftReport
+from helm_operator.drift.check import DriftReport, manifest_ids
 from helm_operator.drift.diff import ObjectDrift
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Stage
@@ -48,6 +48,7 @@ from helm_operator.release.approval import waiting_message as approval_waiting
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
 from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import ReleaseId, identify
+from helm_operator.release.orphans import rendered_outside, sweep_kinds
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.rollout import Admission, Mark, admission, fleet_digest, mark_of, resource_status
@@ -815,22 +816,25 @@ def _report(
     return Result(outcome, retry_after=retry, events=tuple(events), attempts=new_attempts)
 
 
-async def _delete_orphans(rt: Runtime, watch: Watch, ident: ReleaseId) -> list[str]:
-    """Delete the objects of a release whose Helm record is gone, where no one else would: those
-    cluster-scoped and those in other namespaces (objects in its own namespace carry an
-    ownerReference to the resource, or go with the namespace). Only where the watch lets a
-    release put objects there; kinds the operator may not list are passed over."""
+async def _delete_orphans(
+    rt: Runtime, watch: Watch, ident: ReleaseId, record: StoredRelease | None = None
+) -> list[str]:
+    """Delete, by the owner label, what a release leaves where no one else would once Helm's record
+    of it is gone: objects cluster-scoped or in other namespaces (those in its own namespace carry
+    an ownerReference to the resource, or go with the namespace). Looked for in every kind the
+    watch lets a release put there, and in every kind ``record`` (the revision read before Helm
+    said "not found") rendered there; kinds the operator may not list are passed over. The label
+    names one resource exactly, and a second sweep finds nothing: safe to repeat."""
     namespaced_cr = watch.scope == "Namespaced"
     cluster_wide = watch.allow_cluster_scoped or not namespaced_cr
     elsewhere = bool(watch.allowed_namespaces) or not namespaced_cr
-    if not cluster_wide and not elsewhere:
-        return []
+    if record is None and not cluster_wide and not elsewhere:
+        return []  # the post-renderer kept every object of its releases in their namespace
     kinds = await asyncio.to_thread(rt.discovery.deletable)
+    rendered = rendered_outside(kinds, manifest_ids(record), ident.namespace) if record else frozenset()
     selector = f"{OWNER_LABEL}={ident.owner}"
     deleted: list[str] = []
-    for k in kinds:
-        if (k.namespaced and not elsewhere) or (not k.namespaced and not cluster_wide):
-            continue
+    for k in sweep_kinds(kinds, cluster_scoped=cluster_wide, other_namespaces=elsewhere, rendered=rendered):
         try:
             names = await asyncio.to_thread(
                 rt.kube.delete_labelled, k.group, k.version, k.plural, k.namespaced, selector, ident.namespace
@@ -903,8 +907,10 @@ async def finalize(
         except HelmError as exc:
             raise UninstallFailed(ident.name, exc.message) from None
         said = f"release {ident.name} uninstalled"
-        if not uninstalled:  # the namespace controller deleted the record after it was read above
-            left = await _delete_orphans(rt, watch, ident)
+        if not uninstalled:  # Helm found no record: deleted after it was read above (a namespace's end)
+            if await storage.read(rt.kube.core, ident) is not None:  # "not found" was about something else
+                raise UninstallFailed(ident.name, "helm found no release, yet its record is still there")
+            left = await _delete_orphans(rt, watch, ident, release)
             said = f"release {ident.name}: its record went during the uninstall" + (
                 f"; deleted {len(left)} object(s) it left outside its namespace: {', '.join(left)}"
                 if left
