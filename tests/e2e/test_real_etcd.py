@@ -1,8 +1,8 @@
-"""EtcdCluster's data path on the real node: three real etcd members form a healthy cluster, the
-interval snapshot Job saves a snapshot etcdutl reads back, count retention removes the pruned
-snapshots' files from the backup volume, the newest snapshot is verified (restored into a
-throw-away member that serves it), and a new EtcdCluster restored from a snapshot serves every key
-with its value.
+"""EtcdCluster's data path on the real node: three real etcd members form a healthy cluster, a
+snapshot Job (taken on request: when interval snapshots start is the KWOK suite's to show) saves a
+snapshot etcdutl reads back, count retention removes the pruned snapshots' files from the backup
+volume, the newest snapshot is verified (restored into a throw-away member that serves it), and a
+new EtcdCluster restored from a snapshot serves every key with its value.
 
 KWOK's nodes run nothing; here every Pod (members and the operator's Jobs) runs on the real
 node, placed there by the spec's top-level nodeSelector and tolerations, as a user places a
@@ -34,6 +34,8 @@ from helm_operator.hooks.testing import Harness
 
 from .conftest import custom
 from .operator import REPO, OperatorProcess, Resources, eventually
+from .pace import within
+from .test_real_postgres import backup_now
 from .test_real_verify import instances_gone, verified_after
 
 ETCD = "etcdclusters.etcd.database.coreos.com"
@@ -45,22 +47,23 @@ PLACEMENT = {
     "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
 }
 KEYS = 200
-INTERVAL = 15  # seconds between snapshots
 CLAIM = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+# Each member's share of the real node's machine, which the suite shares with two others and with
+# the control planes: a small request, and a limit of 0.3 cores (the chart's default limit is a whole
+# core: five members could take both of the machine's from the API server and the operator).
+RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "300m", "memory": "512Mi"}}
 
 
 def etcd(name: str, **spec: Any) -> dict[str, Any]:
-    """An EtcdCluster of three real members on the real node."""
-    pod = {
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
-        **spec.pop("pod", {}),
-    }
+    """An EtcdCluster of three real members on the real node (``pod.resources``: ``RESOURCES``
+    unless given)."""
+    pod = {"resources": RESOURCES, **spec.pop("pod", {})}
     body = {"size": 3, "version": VERSION, "repository": REPOSITORY, **PLACEMENT, "pod": pod, **spec}
     return custom("etcd.database.coreos.com/v1beta2", "EtcdCluster", name, body)
 
 
 def kubectl(res: Resources, *args: str, input: str | None = None, timeout: float = 120) -> str:
-    proc = res.cluster.kubectl("-n", res.ns, *args, input=input, check=False, timeout=timeout)
+    proc = res.cluster.kubectl("-n", res.ns, *args, input=input, check=False, timeout=within(timeout))
     assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {proc.stderr}{proc.stdout}"
     return proc.stdout
 
@@ -130,7 +133,7 @@ def tool_pod(res: Resources, name: str, command: list[str], **container: Any) ->
         },
     }
     kubectl(res, "apply", "-f", "-", input=json.dumps(pod))
-    kubectl(res, "wait", f"pod/{name}", "--for=condition=Ready", "--timeout=90s")
+    kubectl(res, "wait", f"pod/{name}", "--for=condition=Ready", f"--timeout={within(90):.0f}s", timeout=100)
     return name
 
 
@@ -203,16 +206,10 @@ def test_three_real_members_snapshot_prune_and_restore_every_key(
     )
     assert read_keys(res, "src-1") == written  # through another member: replicated
 
-    # --- snapshots on an interval, count retention ------------------------------------------------
-    policy = {"backupIntervalInSecond": INTERVAL, "maxBackups": 2, "toolsImage": images.DEBIAN}
+    # --- snapshots on request, count retention --------------------------------------------------
+    policy = {"maxBackups": 2, "toolsImage": images.DEBIAN}
     res.apply(etcd("src", backup=policy))
-    first = eventually(
-        lambda: next((r for r in records(res, "src") if r.get("phase") == "Succeeded"), None),
-        timeout=120,
-        what="a successful snapshot of src",
-    )
-    failed = [r for r in records(res, "src") if r.get("phase") == "Failed"]
-    assert not failed, failed
+    first = backup_now(res, ETCD, "src")
     assert first["location"] == f"pvc://src-backups/{first['name']}.db", first
     inspector(res, "src-backups")
     file = f"{first['name']}.db"
@@ -234,20 +231,14 @@ def test_three_real_members_snapshot_prune_and_restore_every_key(
         f"(revision {status['revision']}, {status['totalKey']} keys)"
     )
 
-    seen: list[str] = []
-    listings: list[dict[str, int]] = [on_volume]  # what the volume held, listed every second
-
-    def three() -> list[str] | None:
-        listings.append(files(res))
-        for r in records(res, "src"):
-            if r.get("phase") == "Succeeded" and r["name"] not in seen:
-                seen.append(r["name"])
-        return seen if len(seen) >= 3 else None
-
-    eventually(three, timeout=6 * INTERVAL, what="three snapshots", interval=1)
-    assert seen[0] == first["name"], seen
-    before = [ls for ls in listings if f"{seen[0]}.db" in ls][-1]
-    print(f"backup volume before retention pruned {seen[0]}: {sorted(before)}")
+    # Two more: the third prunes the first (maxBackups 2), its record and its file.
+    second = backup_now(res, ETCD, "src")
+    before = files(res)
+    assert {f"{first['name']}.db", f"{second['name']}.db"} <= set(before), before
+    print(f"backup volume before retention pruned {first['name']}: {sorted(before)}")
+    third = backup_now(res, ETCD, "src")
+    seen = [first["name"], second["name"], third["name"]]
+    assert [r["name"] for r in records(res, "src")] == seen[1:], records(res, "src")
 
     def pruned() -> dict[str, int] | None:
         now = files(res)
@@ -255,11 +246,9 @@ def test_three_real_members_snapshot_prune_and_restore_every_key(
 
     after = eventually(pruned, timeout=90, what=f"{seen[0]}.db removed from the volume", interval=1)
     print(f"backup volume after retention (maxBackups 2): {sorted(after)}")
-    # No file but those of recorded snapshots (a newer one's may be in the making).
-    recorded = {r["location"].rsplit("/", 1)[1] for r in records(res, "src")}
-    assert {f for f in after if not f.endswith(".part")} <= recorded, (after, recorded)
-    assert {f"{seen[1]}.db", f"{seen[2]}.db"} <= set(after), (seen, after)
-    assert seen[0] not in [r["name"] for r in records(res, "src")]
+    # The files of the recorded snapshots, and no other.
+    assert after.keys() == {f"{seen[1]}.db", f"{seen[2]}.db"}, (seen, after)
+    assert not [r for r in records(res, "src") if r.get("phase") == "Failed"], records(res, "src")
 
     def prunes_done() -> list[dict[str, Any]] | None:
         out = json.loads(kubectl(res, "get", "jobs", "-l", "helm-operator.io/day2-role=prune", "-o", "json"))
@@ -269,19 +258,9 @@ def test_three_real_members_snapshot_prune_and_restore_every_key(
     for pruning in eventually(prunes_done, timeout=60, what="the prune Jobs succeeded"):
         assert {p["spec"]["nodeName"] for p in job_pods(res, pruning["metadata"]["name"])} == {NODE_NAME}
 
-    # --- no more snapshots: restore from the newest ----------------------------------------------
-    res.apply(etcd("src", backup={**policy, "backupIntervalInSecond": 0}))
-    time.sleep(INTERVAL + 2)  # a run of the old interval may still be in flight
-    eventually(
-        lambda: all(r.get("phase") != "Running" for r in records(res, "src")),
-        timeout=120,
-        what="no snapshot running",
-    )
-    kept = [r for r in records(res, "src") if r.get("phase") == "Succeeded"]
-    assert 1 <= len(kept) <= 2, kept
-    newest = kept[-1]
-    kept_files = files(res)
-    assert set(kept_files) >= {r["location"].rsplit("/", 1)[1] for r in kept}, (kept, kept_files)
+    # --- restore from the newest ---------------------------------------------------------------
+    newest = records(res, "src")[-1]
+    assert newest["name"] == third["name"], newest
     newest_status = snapshot_status(res, f"{newest['name']}.db")
     assert newest_status["totalKey"] == status["totalKey"], (newest_status, status)
 
@@ -392,16 +371,17 @@ def resized(res: Resources, name: str, size: int) -> list[str] | None:
     return found if len(found) == size else None
 
 
-# Reads one key 10 times a second through $ENDPOINTS (the client Service, or every member's URL as
-# an etcd client is configured) over etcd's HTTP gateway, a new connection per read (routed anew
-# through the Service); a failed read sends the next one to the next member, as a client fails
-# over. One process, no fork per read: the pace holds on a loaded machine. Beside it, a thread asks
-# every endpoint for its raft term every 0.3 s (the highest answered: it grows with every leader
-# election); each read logs the latest.
+# Reads one key every $EVERY seconds through $ENDPOINTS (the client Service, or every member's URL
+# as an etcd client is configured) over etcd's HTTP gateway, a new connection per read (routed anew
+# through the Service), each given $TIMEOUT seconds; a failed read sends the next one to the next
+# member, as a client fails over. One process, no fork per read: the pace holds on a loaded machine.
+# Beside it, a thread asks every endpoint for its raft term every $TERM_EVERY seconds (the highest
+# answered: it grows with every leader election); each read logs the latest.
 OBSERVER = r"""
 import base64, http.client, json, os, threading, time
 
 ENDPOINTS = [url.split("//", 1)[1] for url in os.environ["ENDPOINTS"].split(",")]
+EVERY, TERM_EVERY, TIMEOUT = (float(os.environ[k]) for k in ("EVERY", "TERM_EVERY", "TIMEOUT"))
 RANGE = json.dumps({"key": base64.b64encode(b"k/000").decode()})
 term = 0
 
@@ -425,10 +405,10 @@ def terms():
     while True:
         for endpoint in ENDPOINTS:
             try:
-                term = max(term, int(call(endpoint, "/v3/maintenance/status", "{}", 0.5)["raftTerm"]))
+                term = max(term, int(call(endpoint, "/v3/maintenance/status", "{}", TIMEOUT / 2)["raftTerm"]))
             except Exception:
                 pass
-        time.sleep(0.3)
+        time.sleep(TERM_EVERY)
 
 
 threading.Thread(target=terms, daemon=True).start()
@@ -436,14 +416,22 @@ at = 0
 while True:
     began = time.monotonic()
     try:
-        call(ENDPOINTS[at], "/v3/kv/range", RANGE, 1.0)
+        call(ENDPOINTS[at], "/v3/kv/range", RANGE, TIMEOUT)
         result = "ok"
     except Exception:
         result = "fail"
         at = (at + 1) % len(ENDPOINTS)
     print(f"{time.time():.6f} {result} {term}", flush=True)
-    time.sleep(max(0.0, began + 0.1 - time.monotonic()))
+    time.sleep(max(0.0, began + EVERY - time.monotonic()))
 """
+
+
+def answered_after(res: Resources, since: float, pod: str = "observer") -> None:
+    """Wait until the observer's reads are answered again after ``since`` (epoch seconds): its log
+    then covers the whole change, no outage left open at its end."""
+    eventually(
+        lambda: any(ok and t > since for t, ok, _ in reads(res, pod)), timeout=60, what=f"{pod} answered"
+    )
 
 
 def client_service(name: str) -> str:
@@ -456,16 +444,35 @@ def every_member(res: Resources, name: str, size: int) -> str:
     return ",".join(f"http://{name}-{i}.{name}.{res.ns}.svc:2379" for i in range(size))
 
 
-def observer(res: Resources, endpoints: str, pod: str = "observer") -> None:
-    """A Pod on the real node reading one key through ``endpoints`` 10 times a second (the
-    operator's image: its Python; etcd's has no HTTP client)."""
+def observer(
+    res: Resources,
+    endpoints: str,
+    pod: str = "observer",
+    every: float = 0.1,
+    timeout: float = 1.0,
+    term_every: float = 0.3,
+) -> None:
+    """A Pod on the real node reading one key through ``endpoints`` every ``every`` seconds, each
+    read given ``timeout`` seconds, and asking for the raft term every ``term_every`` seconds (the
+    operator's image: its Python; etcd's has no HTTP client). The defaults are the benchmark's: 10
+    reads a second, alone on the machine."""
+    settings = {"ENDPOINTS": endpoints, "EVERY": every, "TERM_EVERY": term_every, "TIMEOUT": timeout}
     tool_pod(
         res,
         pod,
         ["python3", "-c", OBSERVER],
         image=images.OPERATOR,
-        env=[{"name": "ENDPOINTS", "value": endpoints}],
+        env=[{"name": k, "value": str(v)} for k, v in settings.items()],
     )
+
+
+def watching(res: Resources, endpoints: str, pod: str = "observer") -> None:
+    """The tests' observer, on a machine shared with two other suites: a read every half second
+    (what ``served_throughout`` needs to tell a leader election from a lost quorum: an outage of
+    seconds spans several reads), each given a second scaled to the machine's load; the term every
+    second. It has read once before this returns."""
+    observer(res, endpoints, pod, every=0.5, timeout=within(1.0), term_every=1.0)
+    eventually(lambda: any(ok for _, ok, _ in reads(res, pod)), timeout=60, what=f"{pod} reading")
 
 
 def write_keys(res: Resources, pod: str, count: int) -> dict[str, str]:
@@ -480,7 +487,7 @@ def write_keys(res: Resources, pod: str, count: int) -> dict[str, str]:
 @dataclass(frozen=True)
 class Outage:
     """Consecutive failed reads: from the first failure to the next answered read, and the raft
-    terms seen before it and by two seconds after it (a leader election raises the term)."""
+    terms seen before it and soon after it (a leader election raises the term)."""
 
     start: float
     end: float
@@ -500,13 +507,15 @@ def reads(res: Resources, pod: str = "observer") -> list[tuple[float, bool, int]
     ]
 
 
-def outages(seen: list[tuple[float, bool, int]]) -> list[Outage]:
+def outages(seen: list[tuple[float, bool, int]], settle: float = 2.0) -> list[Outage]:
+    """The outages in ``seen``; an outage's ``term_after`` is the highest term the reads of
+    ``settle`` seconds after its end knew (the observer learns the term on its own clock)."""
     found, start, before = [], None, 0
     for i, (t, ok, term) in enumerate(seen):
         if not ok and start is None:
             start = t
         elif ok and start is not None:
-            after = max(x for u, _, x in seen[i:] if u <= t + 2.0)
+            after = max(x for u, _, x in seen[i:] if u <= t + settle)
             found.append(Outage(start, t, before, after))
             start = None
         if start is None:
@@ -516,14 +525,15 @@ def outages(seen: list[tuple[float, bool, int]]) -> list[Outage]:
     return found
 
 
-def served_throughout(seen: list[tuple[float, bool, int]], min_rate: float = 5.0) -> tuple[str, list[str]]:
+def served_throughout(seen: list[tuple[float, bool, int]]) -> tuple[str, list[str]]:
     """A line that sums up the reads, and what breaks "served throughout": a read routed to a
-    member that is restarting, joining or leaving may fail alone; an outage over 2 s must be a
-    leader election (the raft term grew), never a lost quorum; 5 % failed reads at most; the
-    observer read ``min_rate`` times a second."""
+    member that is restarting, joining or leaving may fail alone; an outage over 2 s (scaled to the
+    machine's load, as the reads' own time-out is) must be a leader election (the raft term grew,
+    as the observer learnt within 5 s, scaled), never a lost quorum; 5 % failed reads at most. The
+    read rate is the benchmark's to show (printed here)."""
     failed = [t for t, ok, _ in seen if not ok]
     span = seen[-1][0] - seen[0][0]
-    gaps = outages(seen)
+    gaps = outages(seen, settle=within(5.0))
     longest = max((g.seconds for g in gaps), default=0.0)
     summary = (
         f"{len(seen)} reads in {span:.0f}s ({len(seen) / span:.1f}/s), {len(failed)} failed in "
@@ -533,9 +543,8 @@ def served_throughout(seen: list[tuple[float, bool, int]], min_rate: float = 5.0
     broken = []
     if seen[-1][2] < 1:  # a cluster with a leader is at term 1 or later
         broken.append("the observer never learnt the raft term")
-    if len(seen) / span < min_rate:
-        broken.append(f"the observer read at less than {min_rate:g} Hz")
-    broken += [f"{g} without an election" for g in gaps if g.seconds > 2.0 and g.term_after <= g.term_before]
+    long = within(2.0)
+    broken += [f"{g} without an election" for g in gaps if g.seconds > long and g.term_after <= g.term_before]
     if len(failed) > 0.05 * len(seen):
         broken.append(f"{len(failed)} of {len(seen)} reads failed")
     return summary, broken
@@ -554,7 +563,7 @@ def test_members_join_and_leave_one_at_a_time_and_the_cluster_serves_throughout(
     res.wait_condition(ETCD, name, "Ready", timeout=300)
     assert eventually(lambda: resized(res, name, 1), timeout=120, what="one member") == [f"{name}-0"]
     written = write_keys(res, f"{name}-0", 50)
-    observer(res, client_service(name))
+    watching(res, client_service(name))
     took: dict[str, float] = {}
 
     started = time.monotonic()
@@ -587,6 +596,7 @@ def test_members_join_and_leave_one_at_a_time_and_the_cluster_serves_throughout(
     # Every key on every member; the reads through the Service answered throughout.
     for i in range(3):
         assert read_keys(res, f"{name}-{i}") == written
+    answered_after(res, time.time())
     summary, broken = served_throughout(reads(res))
     print(f"resize {name}: " + ", ".join(f"{k} {v:.0f}s" for k, v in took.items()) + f"; {summary}")
     assert not broken, (summary, broken)
@@ -628,7 +638,7 @@ def test_a_new_version_restarts_one_member_at_a_time_the_leader_last_and_a_downg
     eventually(lambda: resized(res, name, 3), timeout=180, what="three voting members", interval=2)
     assert set(versions(res, name).values()) == {VERSION}
     written = write_keys(res, f"{name}-0", 50)
-    observer(res, every_member(res, name, 3))
+    watching(res, every_member(res, name, 3))
     led = leader(res, name)
 
     started = time.monotonic()
@@ -657,7 +667,8 @@ def test_a_new_version_restarts_one_member_at_a_time_the_leader_last_and_a_downg
         assert read_keys(res, f"{name}-{i}") == written
     # The read rate is the benchmark's to show (bench.day2_real --parts upgrade: 6.6 reads/s alone
     # on the machine); beside the other suites the observer must only have read throughout.
-    summary, broken = served_throughout(reads(res), min_rate=1.0)
+    answered_after(res, time.time())
+    summary, broken = served_throughout(reads(res))
     print(f"upgrade {name} {VERSION} -> {NEXT}: {took:.0f}s; {summary}")
     assert not broken, (summary, broken)
 
