@@ -90,7 +90,16 @@ def test_a_minute_schedule_fires_at_its_slots_and_a_restart_neither_repeats_nor_
             return new[0] if new else None
 
         seen.append(eventually(next_run, timeout=130, what="the first scheduled backup"))
-        op.restart()  # between two slots
+        # Between two runs (the first one's end written, not only its backup's record), restart.
+        eventually(
+            lambda: (
+                (s := day2(res, name)["schedules"]["backup"]).get("lastRun", {}).get("name") == seen[0]
+                and not s.get("active")
+            ),
+            timeout=30,
+            what=f"run {seen[0]} finished",
+        )
+        op.restart()
         back = dt.datetime.now(dt.UTC)
         seen.append(eventually(next_run, timeout=130, what=f"the scheduled backup after {seen[0]}"))
 
