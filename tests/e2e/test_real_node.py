@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from typing import Any
 
 import yaml
@@ -14,6 +13,9 @@ from helm_operator.dev import images
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.nodeconfig import LABEL, NODE_NAME, TAINT_KEY
 from helm_operator.dev.realnode import RealNode
+
+from .operator import eventually
+from .pace import within
 
 ON_REAL_NODE = {
     "nodeSelector": {LABEL: "true"},
@@ -50,16 +52,14 @@ def _pod(name: str, ns: str, script: str, **spec: Any) -> dict[str, Any]:
 
 def _finished(cluster: DevCluster, ns: str, name: str, timeout: float = 90) -> tuple[str, str]:
     """Wait for a Pod to end; its phase and its log (read through the API server and the kubelet)."""
-    deadline = time.monotonic() + timeout
-    phase = ""
-    while time.monotonic() < deadline:
-        pod = json.loads(cluster.kubectl("get", "pod", "-n", ns, name, "-o", "json").stdout)
-        phase = pod["status"].get("phase", "")
-        if phase in ("Succeeded", "Failed"):
-            assert pod["spec"]["nodeName"] == NODE_NAME
-            return phase, cluster.kubectl("logs", "-n", ns, name).stdout
-        time.sleep(0.5)
-    raise AssertionError(f"pod {ns}/{name} still {phase!r} after {timeout}s")
+
+    def ended() -> dict[str, Any] | None:
+        pod: dict[str, Any] = json.loads(cluster.kubectl("get", "pod", "-n", ns, name, "-o", "json").stdout)
+        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = eventually(ended, timeout=timeout, interval=0.5, what=f"pod {ns}/{name} to end")
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    return pod["status"]["phase"], cluster.kubectl("logs", "-n", ns, name).stdout
 
 
 def test_a_real_pod_resolves_services_reaches_the_api_and_logs(
@@ -130,13 +130,12 @@ def test_a_volume_outlives_its_pod_and_exec_reaches_the_container(
         "container": {"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
     }
     _apply(cluster, _pod("writer", namespace, "echo kept-$HOSTNAME > /data/f; sleep 3600", **volume))
-    cluster.kubectl(
-        "wait", "-n", namespace, "pod/writer", "--for=condition=Ready", "--timeout=90s", timeout=100
-    )
+    ready = ("wait", "-n", namespace, "pod/writer", "--for=condition=Ready", f"--timeout={within(90):.0f}s")
+    cluster.kubectl(*ready, timeout=within(100))
     assert (
         cluster.kubectl("exec", "-n", namespace, "writer", "--", "cat", "/data/f").stdout == "kept-writer\n"
     )
-    cluster.kubectl("delete", "pod", "-n", namespace, "writer", "--wait=true", timeout=60)
+    cluster.kubectl("delete", "pod", "-n", namespace, "writer", "--wait=true", timeout=within(60))
     _apply(cluster, _pod("reader", namespace, "cat /data/f", **volume))
     phase, out = _finished(cluster, namespace, "reader")
     assert (phase, out) == ("Succeeded", "kept-writer\n")
@@ -161,7 +160,8 @@ def test_pods_without_the_toleration_stay_on_the_fake_nodes(
             },
         },
     )
-    cluster.kubectl("rollout", "status", "-n", namespace, "deploy/web", "--timeout=90s", timeout=100)
+    rolled = ("rollout", "status", "-n", namespace, "deploy/web", f"--timeout={within(90):.0f}s")
+    cluster.kubectl(*rolled, timeout=within(100))
     pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", "app=web", "-o", "json").stdout)
     nodes = {p["spec"]["nodeName"] for p in pods["items"]}
     assert len(pods["items"]) == 6 and NODE_NAME not in nodes, nodes
