@@ -255,13 +255,19 @@ def version_change(running: str, wanted: str) -> str | None:
     return None
 
 
-def _running_version(ctx: Context) -> str | None:
-    """The version the deployed release runs (its StatefulSet's image tag)."""
+def _running_image(ctx: Context) -> str | None:
+    """The image the deployed release runs PostgreSQL with (its StatefulSet's container)."""
     for sts in ctx.release.find("StatefulSet") if ctx.release is not None else []:
         for container in sts.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-            if container.get("name") == "postgres":
-                return str(container.get("image", "")).rpartition(":")[2] or None
+            if container.get("name") == "postgres" and container.get("image"):
+                return str(container["image"])
     return None
+
+
+def _running_version(ctx: Context) -> str | None:
+    """The version the deployed release runs (its StatefulSet's image tag)."""
+    image = _running_image(ctx)
+    return (image.rpartition(":")[2] or None) if image else None
 
 
 @hooks.before("upgrade", timeout=30)
@@ -348,6 +354,12 @@ def statefulset(ctx: Context) -> str:
 
 
 def _image(ctx: Context) -> str:
+    """The image of the tools a Job runs against the cluster: the one the cluster runs, not the
+    spec's (a version change refused, or not rolled out yet, may name an image the nodes lack, and
+    a final backup waiting for it would hold the uninstall for good)."""
+    running = _running_image(ctx)
+    if running is not None:
+        return running
     values = ctx.values or dict(ctx.spec)
     return f"{values.get('imageRepository', 'postgres')}:{values.get('version', '17')}"
 

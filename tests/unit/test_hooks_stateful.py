@@ -556,3 +556,16 @@ def test_a_major_version_change_is_refused_before_the_upgrade_and_a_minor_one_go
         assert not out.ok and out.result.reason == "InvalidSpec", out.result
         assert f"spec.version: {refused} changes the major version" in out.result.message
         assert f"the cluster keeps running {running}" in out.result.message
+
+
+def test_a_backup_runs_the_image_the_cluster_runs_not_a_refused_version_s() -> None:
+    """A version change refused (16 over a running 15) leaves the spec naming an image the nodes
+    may not have: the backup Job (a final one before an uninstall too) uses the running image."""
+    h = Harness(
+        load("hooks/postgresqlcluster.py", ROOT),
+        {**PG, "spec": {**PG["spec"], "version": "16"}},
+        release=_deployed("localhost/postgres:15"),
+    )
+    assert asyncio.run(h.run("action", name="backup-now", run_as="db-backup-now-1")).ok
+    job = next(o for k, o in h.kube.objects.items() if k[1] == "Job")
+    assert [c["image"] for c in job["spec"]["template"]["spec"]["containers"]] == ["localhost/postgres:15"]
