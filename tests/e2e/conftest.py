@@ -45,7 +45,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 PACE = pytest.StashKey[tuple[float, float]]()
-STARTED = pytest.StashKey[tuple[float, int, int]]()
+STARTED = pytest.StashKey[tuple[float, dict[int, int]]]()
 
 
 class Session:
@@ -58,8 +58,9 @@ class Session:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    shared = Session.operator.starts if Session.operator is not None else 0
-    item.stash[STARTED] = (time.time(), len(OperatorProcess.seen), shared)
+    # Each operator made so far, with its starts: those running when the test fails served it from
+    # the start after these on (a module's or the session's), those made since are all the test's.
+    item.stash[STARTED] = (time.time(), {id(op): op.starts for op in OperatorProcess.seen})
     Wait.what = ""
 
 
@@ -68,11 +69,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """A failed test (setup or body) gets a diagnosis in its report and artifacts on disk."""
     report = yield
     if report.failed and report.when in ("setup", "call") and STARTED in item.stash:
-        since, first, shared = item.stash[STARTED]
-        operators = [(op, 1) for op in OperatorProcess.seen[first:]]
-        served = {"operator", "driven"} & set(getattr(item, "fixturenames", ()))
-        if served and Session.operator is not None and Session.operator not in OperatorProcess.seen[first:]:
-            operators = [(Session.operator, max(1, shared)), *operators]
+        since, before = item.stash[STARTED]
+        made = [(op, 1) for op in OperatorProcess.seen if id(op) not in before]
+        running = [
+            (op, max(1, before[id(op)])) for op in OperatorProcess.seen if id(op) in before and op.proc
+        ]
+        operators = made + running  # the test's own first: the closing block shows their tails first
         try:
             text = diagnosis.gather(item.nodeid, Session.cluster, Session.helm, since, operators)
         except Exception as exc:  # the diagnosis must never hide the failure it explains
@@ -205,16 +207,16 @@ def _fresh_namespace(cluster: DevCluster, request: pytest.FixtureRequest, prefix
     cluster.kubectl("create", "namespace", name)
     yield name
     if prefix == "t":
-        drain(cluster, name)
+        drain(cluster, name, Session.operator)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-def drain(cluster: DevCluster, ns: str, timeout: float = 120) -> None:
-    """Delete the custom resources of a namespace the session operator serves and wait until they
-    are gone (uninstalled, finalizers done): the next test starts without this one's uninstalls
-    (final backups included) running beside it. Resources still there at the deadline are named
-    (the namespace is deleted all the same)."""
-    if Session.operator is None or Session.operator.proc is None:
+def drain(cluster: DevCluster, ns: str, op: OperatorProcess | None, timeout: float = 120) -> None:
+    """Delete the custom resources of a namespace ``op`` serves and wait until they are gone
+    (uninstalled, finalizers done): the next test starts without this one's uninstalls (final
+    backups included) running beside it. Resources still there at the deadline are named (the
+    namespace is deleted all the same). Nothing to wait for when ``op`` is not running."""
+    if op is None or op.proc is None:
         return
     # Namespaced kinds only: `-n` means nothing to a cluster-scoped one, and `--all` would take every
     # object of it in the cluster.
@@ -374,5 +376,5 @@ def driven(
         finally:
             op.stop()
     if request.param == "helm4":
-        drain(cluster, ns)
+        drain(cluster, ns, Session.operator)
     cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
