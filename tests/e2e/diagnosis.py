@@ -42,8 +42,9 @@ def namespaces_since(cluster: DevCluster, since: float) -> list[str]:
     for ns in json.loads(out.stdout).get("items", []):
         created = ns["metadata"].get("creationTimestamp")
         when = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() if created else 0.0
-        if when >= since - 1:
-            found.append(ns["metadata"]["name"])
+        name = ns["metadata"]["name"]
+        if when >= since - 1 and name != "default" and not name.startswith("kube-"):  # a new cluster's own
+            found.append(name)
     return found
 
 
