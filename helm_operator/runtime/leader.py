@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
@@ -92,10 +93,19 @@ class _LeaseApi(client.CoordinationV1Api):
         try:
             return method(*args, **{**kwargs, "_request_timeout": self.timeout})
         except ApiException as exc:
-            if exc.status not in (404, 409) and time.monotonic() - self._last_warning > 30:
-                self._last_warning = time.monotonic()
-                log.warning("leader election: Lease request failed: %s %s", exc.status, exc.reason)
+            self._warn(exc.status, exc.reason)
             raise
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # The library retries a failed attempt only when it is an ApiException: a request that
+            # timed out or lost its connection would end the election thread, and a standby would
+            # never compete again (a leader would stop renewing without saying so).
+            self._warn(0, f"{type(exc).__name__}: {exc}")
+            raise ApiException(status=0, reason=f"{type(exc).__name__}: {exc}") from exc
+
+    def _warn(self, status: int | None, reason: str | None) -> None:
+        if status not in (404, 409) and time.monotonic() - self._last_warning > 30:
+            self._last_warning = time.monotonic()
+            log.warning("leader election: Lease request failed: %s %s", status, reason)
 
     def read_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(super().read_namespaced_lease, *args, **kwargs)

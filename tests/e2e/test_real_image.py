@@ -233,9 +233,19 @@ def test_a_sample_is_reconciled_through_it_and_after_a_handover(
     assert "now holds Lease" not in log(cluster, standby)
     started = time.monotonic()
     cluster.kubectl("delete", "pod", "-n", NS, leader, "--wait=false")
-    eventually(
-        lambda: pod_of(holder(cluster)) == standby, timeout=60, what="the standby leading", interval=0.2
-    )
+    try:
+        eventually(
+            lambda: pod_of(holder(cluster)) == standby, timeout=60, what="the standby leading", interval=0.2
+        )
+    except AssertionError as exc:  # the two operators' own words: the Pods' logs go with them
+        said = {n: log(cluster, n)[-3000:] or "(no log: the Pod is gone)" for n in (standby, leader)}
+        raise AssertionError(
+            f"{exc}\nLease: {holder(cluster)}\n"
+            + "\n".join(
+                f"--- {n} ({'standby' if n == standby else 'the deleted leader'}):\n{text}"
+                for n, text in said.items()
+            )
+        ) from None
     handover = time.monotonic() - started
     print(f"\nLease {NS}/{LEASE}: {leader} -> {standby} {handover:.1f}s after the leader's Pod was deleted")
     # A deliberate stop releases the Lease: the standby takes it at its next retry (2 s), without

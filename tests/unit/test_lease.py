@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import urllib3
 import yaml
 from kubernetes import client
 from urllib3.exceptions import HTTPError
@@ -24,6 +25,7 @@ from helm_operator.adapters.postrender import NAME, Exchange, argv_for, flags_fo
 from helm_operator.core.lease import LeaseLost, LeaseTerm
 from helm_operator.core.tenancy import NOT_ENFORCED
 from helm_operator.runtime.fence import Fence, FencedApiClient
+from helm_operator.runtime.leader import LeaderSettings, Leadership
 
 DEADLINE = 4.0
 
@@ -321,3 +323,26 @@ def test_the_watchdog_ends_quietly_with_its_input(tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        urllib3.exceptions.ReadTimeoutError(None, "/apis/coordination.k8s.io", "read timed out"),  # type: ignore[arg-type]
+        urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError()),
+        ConnectionRefusedError("refused"),
+    ],
+    ids=["timeout", "reset", "refused"],
+)
+def test_a_lease_request_that_times_out_or_loses_its_connection_is_a_failed_attempt_not_the_end(
+    failure: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The election library retries only an ApiException: anything else ended its thread, and a
+    standby whose Lease read timed out once never competed again (its leader gone, nobody led)."""
+
+    def fails(*args: object, **kwargs: object) -> object:
+        raise failure
+
+    monkeypatch.setattr(client.CoordinationV1Api, "read_namespaced_lease", fails)
+    leadership = Leadership(client.ApiClient(), LeaderSettings(namespace="ops"), on_lost=lambda: None)
+    assert leadership._election.try_acquire_or_renew() is False  # and no exception: tried again next period
