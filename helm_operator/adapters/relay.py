@@ -64,6 +64,8 @@ _NOT_FORWARDED = frozenset(
         "content-length",
     }
 )
+# A request's body is handed on as the relay's server decoded it: its encoding is not the body's.
+_NOT_FORWARDED_UP = _NOT_FORWARDED | {"content-encoding"}
 MAX_BODY = 64 * 1024 * 1024  # a request helm sends (a release record is at most ~1.4 MB encoded)
 START_TIMEOUT = 30.0
 CERT_DAYS = 3650  # the process's own: it lives as long as the process
@@ -175,7 +177,11 @@ class Relay:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self._forward)
         # A helm that hung up (its wait is over) ends the request: the watch it held upstream too.
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+        # On a stop nothing in flight may write any more (the fence is disarmed first): open streams
+        # are cut at once rather than waited for, and the lease is released sooner.
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=True, shutdown_timeout=1.0
+        )
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
@@ -199,7 +205,7 @@ class Relay:
                 return _status(503, "ServiceUnavailable", str(exc))
         headers: CIMultiDict[str] = CIMultiDict()
         for key, value in request.headers.items():
-            if key.lower() not in _NOT_FORWARDED:
+            if key.lower() not in _NOT_FORWARDED_UP:
                 headers.add(key, value)
         headers.setdefault("Accept-Encoding", "identity")  # what helm asked for, not aiohttp's default
         headers.update(_credentials(self._cfg))

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import ssl
 import stat
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -47,6 +49,12 @@ class ApiServer:
                 "body": body,
             }
         )
+        if request.query.get("follow") == "forever":  # a stream that ends only when its client goes
+            response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            await response.prepare(request)
+            while True:
+                await response.write(b"line\n")
+                await asyncio.sleep(0.1)
         if request.query.get("watch") == "true":  # a watch: events streamed as they happen
             response = web.StreamResponse(headers={"Content-Type": "application/json"})
             await response.prepare(request)
@@ -209,3 +217,38 @@ def test_a_helm_that_resumes_after_the_lease_lapsed_is_stopped_at_its_first_writ
         fence.disarm()
     assert acted == ["killed", "exited"]
     assert [s["method"] for s in api.seen] == ["PUT", "GET"]  # the write after the pause: never sent
+
+
+def test_a_stop_cuts_the_streams_still_open_at_once(api: ApiServer, tmp_path: Path) -> None:
+    """A leader stopping with a helm stream open (logs, a watch) hands its lease over soon: the
+    relay cuts the stream instead of waiting for it to end."""
+    relay = Relay(operator_config(api), lambda what: None, tmp_path)
+    helm = Relayed(relay.start())
+    request = urllib.request.Request(helm.server + "/api/v1/namespaces/ns/pods/p/log?follow=forever")
+    request.add_header("Authorization", f"Bearer {helm.token}")
+    stream = urllib.request.urlopen(request, timeout=10, context=helm.tls)
+    assert stream.readline() == b"line\n"
+    began = time.monotonic()
+    relay.stop()
+    assert time.monotonic() - began < 5
+    stream.close()
+
+
+def test_a_compressed_request_goes_on_as_the_body_the_relay_read(api: ApiServer, tmp_path: Path) -> None:
+    """The relay's server decodes a gzip body: it is sent on without the encoding it no longer has."""
+    relay = Relay(operator_config(api), lambda what: None, tmp_path)
+    helm = Relayed(relay.start())
+    body = json.dumps({"kind": "Secret"}).encode()
+    request = urllib.request.Request(
+        helm.server + "/api/v1/namespaces/ns/secrets", data=gzip.compress(body), method="POST"
+    )
+    request.add_header("Authorization", f"Bearer {helm.token}")
+    request.add_header("Content-Encoding", "gzip")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=helm.tls) as r:
+            assert r.status == 201
+    finally:
+        relay.stop()
+    (seen,) = api.seen
+    assert seen["body"] == body and "Content-Encoding" not in seen["headers"]
