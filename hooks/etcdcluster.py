@@ -788,7 +788,8 @@ async def finish_step(ctx: Context) -> None:
         await _promote_learners(ctx, via)
     replicas = int((live.get("spec") or {}).get("replicas", 1))
     await _drop_stale_claims(ctx, replicas)
-    if await rolling.outdated(ctx, name, needs_restart):  # exec only then (KWOK runs no etcd)
+    if await rolling.outdated(ctx, name, needs_restart) or rolling.unfinished(ctx, name):
+        # exec only when there is a roll (KWOK runs no etcd)
         leader = await _leader(ctx, via)
         members = await _members(ctx, via)
         last = next((m.get("name") for m in members if leader is not None and int(m["ID"]) == leader), None)

@@ -327,8 +327,8 @@ async def restart_instances(ctx: Context) -> None:
     """Restart the instances on the new template: standbys first, the primary last after a
     switchover (see above)."""
     name = statefulset(ctx)
-    if not await rolling.outdated(ctx, name):  # exec only then (KWOK runs no PostgreSQL)
-        return
+    if not await rolling.outdated(ctx, name) and not rolling.unfinished(ctx, name):
+        return  # exec only when there is a roll (KWOK runs no PostgreSQL)
     pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels=ctx.owner_selector)
     primary = next((p["metadata"]["name"] for p in pods if _is_primary(p)), None)
     await rolling.roll(

@@ -9,7 +9,8 @@ the new revision, is Ready and passes ``check`` before the next one goes. Every 
 Ready and pass ``check`` before any goes, so a roll never takes a second member from a cluster
 that is already short of one. ``handover`` runs before each member goes: it moves the role the
 member holds (leadership, the primary) to one already restarted, so that clients see a planned
-handover rather than an election or a failover. Progress is in ``status.day2.roll``. A step that
+handover rather than an election or a failover. Progress is in ``status.day2.roll``; a roll
+resumed after a failed step goes on with the record of the members already restarted. A step that
 does not finish within ``timeout`` stops the roll with its reason (a ``TemporaryError``: the
 hook's Warning and ``Day2`` condition say it); the members not restarted keep their revision, and
 the next call goes on from them: the operator calls an ``after`` hook that raised
@@ -101,6 +102,24 @@ def unhealthy(found: Sequence[Member], replicas: int) -> str | None:
     return None
 
 
+def resumed_from(
+    previous: Mapping[str, Any], statefulset: str, revision: str, todo: Sequence[str]
+) -> list[str]:
+    """The members an interrupted roll to the same revision already restarted, so a roll resumed
+    after a failed step reports all of them: its record's ``rolled``, and the member it was
+    restarting if that one is on the new revision now. Nothing when that roll finished (no
+    ``member``), or was of another StatefulSet or to another revision."""
+    if (
+        not previous.get("member")
+        or previous.get("statefulSet") != statefulset
+        or previous.get("revision") != revision
+    ):
+        return []
+    done = [str(m) for m in previous.get("rolled") or [] if m not in todo]
+    member = str(previous["member"])
+    return [*done, member] if member not in todo and member not in done else done
+
+
 def update_revision(statefulset: Mapping[str, Any]) -> str | None:
     """The revision every member should run, once the controller has seen the latest spec."""
     status = statefulset.get("status") or {}
@@ -121,6 +140,14 @@ async def _observe(
 async def _pods(ctx: Context, sts: Mapping[str, Any]) -> list[dict[str, Any]]:
     selector = (sts.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
     return await ctx.kube.list("v1", "Pod", ctx.namespace, labels=selector)
+
+
+def unfinished(ctx: Context, statefulset: str) -> bool:
+    """Whether a roll of this StatefulSet stopped while a member was restarting: its hook calls
+    :func:`roll` again even when no member is outdated, so the roll checks that member and records
+    its end."""
+    progress = ctx.day2.get(PROGRESS) or {}
+    return bool(progress.get("member")) and progress.get("statefulSet") == statefulset
 
 
 async def outdated(ctx: Context, statefulset: str, restart: Restart | None = None) -> list[str]:
@@ -174,7 +201,9 @@ async def roll(
             "members itself; set OnDelete for the roll to move them one at a time"
         )
     replicas = int((sts.get("spec") or {}).get("replicas", 1))
+    previous = dict(ctx.day2.get(PROGRESS) or {})
     rolled: list[str] = []
+    resumed = False
 
     async def healthy(found: Sequence[Member]) -> str | None:
         why = unhealthy(found, replicas)
@@ -183,6 +212,10 @@ async def roll(
                 if (why := await check(m.name)) is not None:
                     return f"{m.name}: {why}"
         return why
+
+    async def all_healthy() -> str | None:
+        _, now = await _observe(ctx, statefulset, restart)
+        return await healthy(now)
 
     while True:
         revision: str | None = None
@@ -197,17 +230,17 @@ async def roll(
         assert revision is not None
         _, found = await _observe(ctx, statefulset, restart)
         todo = plan(found, revision, last)
+        if not resumed:
+            resumed = True
+            rolled = resumed_from(previous, statefulset, revision, todo)
         progress = {"statefulSet": statefulset, "revision": revision, "rolled": rolled, "remaining": todo}
         if not todo:
-            if rolled:
+            if rolled:  # the last one restarted passed its check, unless that step is being resumed
+                await _until(ctx, f"StatefulSet {statefulset}", loop.time() + timeout, all_healthy)
                 ctx.day2[PROGRESS] = {**progress, "member": None}  # none restarting: the key goes
                 await ctx.day2.save()
                 await ctx.event("Rolled", f"StatefulSet {statefulset}: {', '.join(rolled)} on {revision}")
             return rolled
-
-        async def all_healthy() -> str | None:
-            _, now = await _observe(ctx, statefulset, restart)
-            return await healthy(now)
 
         await _until(ctx, f"before restarting {todo[0]}", loop.time() + timeout, all_healthy)
         member = next(m for m in found if m.name == todo[0])
