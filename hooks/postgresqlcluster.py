@@ -8,7 +8,9 @@ Backups are ``pg_dump`` Jobs writing ``<backup>.sql.gz`` to the PersistentVolume
 before the StatefulSet exists: a Job builds instance 0's data volume from the dump. The primary
 is the Pod labelled ``postgresql.example.com/role=primary`` (the client Service selects it); when
 it is not Ready for ``failoverDelay`` the Ready standby with the lowest ordinal is promoted (the
-chart's instances watch their own labels and run ``pg_ctl promote``).
+chart's instances watch their own labels and run ``pg_ctl promote``). An instance that starts again
+is read-only until told a newer word: a primary whose container restarted is confirmed once Ready
+(``failover.keep_primary`` with a ``RoleFile``), or replaced if the delay passes first.
 
 Spec fields used: ``backup.schedule`` (5-field cron), ``backup.retention`` (30d, 12h, 4w),
 ``backup.maxBackups``, ``backup.storage`` (size of the backup volume, default 1Gi),
@@ -28,6 +30,7 @@ Every value reaches a Job as one argv element or an environment variable (``jobs
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,10 +71,33 @@ IDENTIFIER = shapes.Shape(
 
 # libpq reads PGHOST, PGUSER and PGDATABASE; the backup's name is $BACKUP. Written, then
 # compressed: in ``pg_dump | gzip`` the pipeline's status is gzip's, so a failed dump would pass.
+# Before it is compressed, what it holds is written beside it (``<file>.contents``): for each COPY
+# block (a table's rows), the number of rows, the md5 of those lines as COPY wrote them, and the
+# COPY statement; the Job's termination message names the tables, the rows and the sha256 of that
+# record, which the backup's status record keeps. A verification compares the restored data with it.
 DUMP = Script(
     """
+export PGTZ=UTC
 pg_dump --no-password --file="/backups/$BACKUP.sql" || { rm -f "/backups/$BACKUP.sql"; exit 1; }
+rm -rf /tmp/blocks && mkdir -p /tmp/blocks
+awk '/^COPY .* FROM stdin;$/ {
+       n++; f = sprintf("/tmp/blocks/%08d", n); print > (f ".copy"); printf "" > f; on = 1; next
+     }
+     on && $0 == "\\\\." { on = 0; close(f); next }
+     on { print > f }' "/backups/$BACKUP.sql"
+contents="/backups/$BACKUP.sql.gz.contents"
+: > "$contents.new"
+for copy in /tmp/blocks/*.copy; do
+  [ -e "$copy" ] || continue
+  wc -l < "${copy%.copy}" > /tmp/rows
+  md5sum < "${copy%.copy}" | cut -d' ' -f1 > /tmp/md5
+  paste /tmp/rows /tmp/md5 "$copy" >> "$contents.new"
+done
+mv -f "$contents.new" "$contents"
 gzip -f "/backups/$BACKUP.sql"
+awk -F '\\t' '{ t++; r += $1 } END { printf "%d rows in %d table(s); ", r, t }' "$contents" > /tmp/holds
+sha256sum < "$contents" | awk '{ printf "contents sha256 %s\\n", $1 }' >> /tmp/holds
+cp /tmp/holds /dev/termination-log
 """
 )
 
@@ -100,11 +126,14 @@ gosu postgres pg_ctl -D "$PGDATA" -m fast -w stop
 # The newest dump ($SOURCE) restored into a throw-away server on the scratch volume, then asked
 # $CHECK (the query below, never a spec value), which must answer t. Integrity is tested first:
 # in ``gunzip -c | psql`` the status is psql's, and a truncated dump may end between statements.
-# Only these fixed sentences reach the status (termination log); psql's own errors, which may
-# quote rows, stay in the Pod's log.
+# With $CONTENTS (the sha256 the backup recorded), every table is then read back as COPY writes it
+# and compared with the record beside the dump: its rows and their md5 (a dump cut short that
+# still restores has fewer). Only these fixed sentences, which name tables and never rows, reach
+# the status (termination log); psql's own errors, which may quote rows, stay in the Pod's log.
 VERIFY = Script(
     """
 say() { printf '%s\\n' "$1" >/dev/termination-log; echo "$1" >&2; }
+export PGTZ=UTC
 gunzip -t "/backups/$SOURCE" || { say "$SOURCE is not a complete gzip file"; exit 1; }
 export PGDATA=/scratch/pgdata
 mkdir -p "$PGDATA" && chown postgres:postgres "$PGDATA" && chmod 0700 "$PGDATA"
@@ -116,7 +145,26 @@ gunzip -c "/backups/$SOURCE" | gosu postgres psql -h /var/run/postgresql -q -v O
 gosu postgres psql -h /var/run/postgresql -v ON_ERROR_STOP=1 -U "$PGUSER" -d "$PGDATABASE" -tA \
   -c "$CHECK" >/scratch/answer || { say "the check query failed on the restored $SOURCE"; exit 1; }
 grep -qx t /scratch/answer || { say "the check found no table in the restored $SOURCE"; exit 1; }
-echo "restored $SOURCE; the check answered"
+if [ -n "${CONTENTS:-}" ]; then
+  record="/backups/$SOURCE.contents"
+  [ -e "$record" ] || { say "no record of what $SOURCE held is beside it"; exit 1; }
+  sha256sum < "$record" | cut -d' ' -f1 | grep -qxF -- "$CONTENTS" \\
+    || { say "the record of what $SOURCE held changed after the backup"; exit 1; }
+  while read -r rows sum copy; do
+    table="${copy#COPY }"; table="${table%% *}"
+    gosu postgres psql -h /var/run/postgresql -v ON_ERROR_STOP=1 -U "$PGUSER" -d "$PGDATABASE" \\
+      -c "${copy% FROM stdin;} TO STDOUT" </dev/null >/scratch/rows \\
+      || { say "$table could not be read back from the restored $SOURCE"; exit 1; }
+    wc -l < /scratch/rows | awk -v want="$rows" -v t="$table" -v s="$SOURCE" '$1 != want {
+        printf "%s: %s rows restored from %s, %s when it was taken\\n", t, $1, s, want; exit 1
+      }' > /scratch/why || { cp /scratch/why /dev/termination-log; cat /scratch/why >&2; exit 1; }
+    md5sum < /scratch/rows | cut -d' ' -f1 | grep -qxF -- "$sum" \\
+      || { say "$table: the rows restored from $SOURCE differ from those it was taken with"; exit 1; }
+  done < "$record"
+  echo "restored $SOURCE; every table holds the rows it was taken with"
+else
+  echo "restored $SOURCE; the check answered (the backup recorded nothing to compare with)"
+fi
 """
 )
 # What a restored dump must answer: it holds at least one table of the application's.
@@ -401,8 +449,14 @@ async def take(ctx: Context, name: str, keep: Retention | None = None) -> None:
         f"pvc://{claim(ctx)}/{name}.sql.gz",
         claim=Claim(claim(ctx), size),
         keep=keep,
-        cleanup=lambda gone: backup.remove_files(ctx, gone, _image(ctx)),
+        cleanup=lambda gone: backup.remove_files(ctx, with_contents(gone), _image(ctx)),
     )
+
+
+def with_contents(gone: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pruned backups and, beside each dump, its record of what it held (its files to remove)."""
+    beside = [{**r, "location": f"{r['location']}.contents"} for r in gone if r.get("location")]
+    return [*gone, *beside]
 
 
 def dump_job(ctx: Context, name: str) -> dict[str, Any]:
@@ -456,6 +510,9 @@ def verify_job(ctx: Context, name: str, record: Mapping[str, Any]) -> dict[str, 
     claim_name, _, file = location.removeprefix("pvc://").partition("/")
     libpq = _libpq(ctx)  # no PGHOST: the instance answers on its own socket, never the cluster's
     env = {"PGUSER": libpq["PGUSER"], "PGDATABASE": libpq["PGDATABASE"], "SOURCE": file, "CHECK": CHECK}
+    held = re.search(r"contents sha256 ([0-9a-f]{64})", str(record.get("holds") or ""))
+    if held is not None:
+        env["CONTENTS"] = held.group(1)
     run = jobs.shell(
         "verify", _image(ctx), VERIFY, env=env, mounts={"backups": "/backups", verify.SCRATCH: "/scratch"}
     )

@@ -203,6 +203,14 @@ class RealNode:
         self._release_machine_lock()
         return left
 
+    def signal(self, container_id: str, sig: str = "SIGKILL") -> None:
+        """Send ``sig`` from the host to a container's first process (``containerd://<id>`` as a
+        Pod's status names it): a crash of what the container runs, as a test needs one."""
+        task = container_id.rpartition("://")[2]
+        _run(
+            "ctr", "--address", str(self.paths.socket), "-n", "k8s.io", "tasks", "kill", "--signal", sig, task
+        )
+
     def _kill_containers(self) -> None:
         for _ in range(50):
             pids = _pids_in_cgroups(self.cgroup_root)

@@ -210,8 +210,16 @@ def test_backups_restore_with_the_same_rows_retention_deletes_files_and_the_fina
     kept = set(backups(res, name))
 
     def files_match() -> bool:
-        on_volume = {f.removesuffix(".sql.gz") for f in files_on(res, claim, f"ls-{int(time.time())}")}
-        return backup["name"] not in on_volume and kept <= on_volume
+        found = files_on(res, claim, f"ls-{int(time.time())}")
+        on_volume = {f.removesuffix(".sql.gz") for f in found}
+        # Each dump has the record of what it held beside it; both go with it.
+        beside = all(f"{k}.sql.gz.contents" in found for k in kept)
+        return (
+            backup["name"] not in on_volume
+            and kept <= on_volume
+            and beside
+            and not [f for f in found if f.startswith(backup["name"])]
+        )
 
     eventually(files_match, timeout=90, interval=5, what="the pruned backup's file deleted")
 
@@ -220,8 +228,9 @@ def test_backups_restore_with_the_same_rows_retention_deletes_files_and_the_fina
     last = sql(res, f"{name}-0", CHECKSUM)
     uid = res.get(PG, name)["metadata"]["uid"]  # type: ignore[index]
     res.delete(PG, name)
-    final = [f for f in files_on(res, claim, "ls-final") if f.startswith(f"{name}-final")]
-    assert len(final) == 1, final
+    on_volume = files_on(res, claim, "ls-final")
+    final = [f for f in on_volume if f.startswith(f"{name}-final") and f.endswith(".sql.gz")]
+    assert len(final) == 1 and f"{final[0]}.contents" in on_volume, on_volume
     res.apply(real_pg("fin", restore={"fromBackup": f"pvc://{claim}/{final[0]}"}))
     res.wait_condition(PG, "fin", "Ready", timeout=300)
     assert sql(res, "fin-0", CHECKSUM) == last and last.startswith("20100 ")
@@ -387,6 +396,43 @@ def unavailable(writes: list[list[str]], since: float) -> tuple[float, float, fl
     return last_ok, back, back - last_ok
 
 
+def pod_ip(res: Resources, pod: str) -> str:
+    ip = res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "jsonpath={.status.podIP}").stdout.strip()
+    assert ip, f"{pod} has no IP"
+    return ip
+
+
+def crashed(samples: list[list[str]], ordinal: str, since: float) -> float:
+    """When the observer's session with an instance ended first after ``since``: the moment its
+    PostgreSQL went (the test's own clock before a kill is earlier than the kill)."""
+    return next(
+        float(t) for t, who, state in samples if who == ordinal and state == "down" and float(t) > since
+    )
+
+
+def assert_none_lost(writes: list[list[str]], stored: set[int], writer: str, crash: float) -> None:
+    """Every write ``writer`` saw acknowledged after ``crash`` (a primary's PostgreSQL killed) is
+    stored: a restarted primary takes no write before it is fenced or confirmed. Before the crash,
+    asynchronous replication may lose what the standbys had not received when a standby is
+    promoted in its place: only writes of the last second before it, printed as that bound."""
+    acknowledged = {int(w[2]): float(w[0]) for w in writes if w[1] == "ok"}
+    lost = sorted(i for i in acknowledged if i not in stored)
+    after = [i for i in lost if acknowledged[i] >= crash]
+    before = [round(acknowledged[i] - crash, 2) for i in lost if i not in after]
+    assert not after and all(t > -within(1.0) for t in before), (
+        f"{writer}: {len(lost)} of {len(acknowledged)} acknowledged writes lost, {len(after)} of them "
+        f"acknowledged after the primary crashed: {after[:20]}; before it (seconds): {before[:20]}"
+    )
+    if before:
+        print(
+            f"{writer}: {len(before)} writes acknowledged {before}s before the crash not replicated (async)"
+        )
+
+
+def acks(writes: list[list[str]]) -> int:
+    return sum(1 for w in writes if w[1] == "ok")
+
+
 def written_again(writes: list[list[str]], since: float, promoted: float) -> bool:
     """A write acknowledged after the new primary was seen and after the last failed write since
     ``since`` (the window is over: a write can fail a little after the promotion, while the
@@ -409,7 +455,11 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     headless = f"{name}-headless.{res.ns}.svc.cluster.local"
     _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
     _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
-    eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 5, timeout=60, what="writes")
+    # A client of the primary's Pod IP (as of a headless Service, a pooler): it reaches ha-0 also
+    # while ha-0 is not Ready, so it is the one that sees a restarted primary take writes.
+    _client_pod(res, "direct", WRITER, {"SERVICE": pod_ip(res, "ha-0")})
+    for writer in ("writer", "direct"):
+        eventually(lambda w=writer: acks(_log(res, w)) >= 5, timeout=60, what=f"{writer} writing")
     watched(res, "ha-0", 0.0)
 
     def primary_after(old: str, started: float, how: str) -> str:
@@ -470,15 +520,87 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     rejoins(second, target)
     time.sleep(2)
 
-    writes = _log(res, "writer")
-    acknowledged = {int(w[2]) for w in writes if w[1] == "ok"}
+    writes = {writer: _log(res, writer) for writer in ("writer", "direct")}  # before what is stored
     stored = {int(i) for i in sql(res, target, "SELECT id FROM w").split()}
-    assert acknowledged <= stored, f"acknowledged writes lost: {sorted(acknowledged - stored)[:20]}"
+    samples = _log(res, "observer")
+    for writer, seen in writes.items():
+        assert_none_lost(seen, stored, writer, crashed(samples, "0", t1))
     # The observer saw each old primary writable before its change and each new one after it
     # (``watched``); no two instances were seen writable at once.
-    samples = _log(res, "observer")
     print(f"observer: {observed(samples)}")
     assert two_writable(samples) == [], "two writable primaries seen"
+
+
+@pytest.mark.timeout(900)
+def test_a_primary_whose_postmaster_is_killed_takes_no_write_until_the_operator_confirms_it(
+    real_node: RealNode, operator: OperatorProcess, res: Resources
+) -> None:
+    """Fencing at start. The primary's postmaster killed from the host (kill -9: its container
+    restarts; its label and the role its memory volume holds still say primary): it comes back
+    read-only, and takes writes again only once the hooks confirm it (Ready again and still the
+    primary on record: the failover delay is long, so no standby is promoted). Writers on its Pod
+    IP and through the Service lose no acknowledged write; never two writable."""
+    name = "fx"
+    res.apply(real_pg(name, replicas=3, failoverDelay="5m"))
+    res.wait_condition(PG, name, "Ready", timeout=300)
+    eventually(lambda: day2(res, name).get("currentPrimary") == f"{name}-0", timeout=60, what="fx-0 primary")
+    wait_replicating(res, f"{name}-0", 2)
+    sql(res, f"{name}-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
+    headless = f"{name}-headless.{res.ns}.svc.cluster.local"
+    _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
+    _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
+    _client_pod(res, "direct", WRITER, {"SERVICE": pod_ip(res, f"{name}-0")})
+    for writer in ("writer", "direct"):
+        eventually(lambda w=writer: acks(_log(res, w)) >= 5, timeout=60, what=f"{writer} writing")
+    watched(res, f"{name}-0", 0.0)
+    recorded = day2(res, name).get("primaryIncarnation")
+
+    def postgres() -> dict[str, Any]:
+        pod = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, f"{name}-0", "-o", "json").stdout)
+        return next(c for c in pod["status"]["containerStatuses"] if c["name"] == "postgres")
+
+    before = postgres()
+    killed = time.time()
+    real_node.signal(before["containerID"], "SIGKILL")
+    restarts = eventually(
+        lambda: postgres()["restartCount"] > before["restartCount"] and postgres()["restartCount"],
+        timeout=60,
+        what=f"{name}-0's container restarted",
+    )
+    confirmed = eventually(
+        lambda: [e["message"] for e in res.events(name) if e["reason"] == "PrimaryConfirmed"],
+        timeout=180,
+        what=f"{name}-0 confirmed as the primary",
+    )
+    assert f"{name}-0 started again and is still the primary on record" in confirmed[0], confirmed
+    assert day2(res, name)["primaryIncarnation"] == f"{recorded.rpartition('/')[0]}/{restarts}", recorded
+    eventually(lambda: written_again(_log(res, "direct"), killed, killed), timeout=120,
+               what="writes on the Pod IP again")  # fmt: skip
+    eventually(lambda: written_again(_log(res, "writer"), killed, killed), timeout=120,
+               what="writes through the Service again")  # fmt: skip
+    watched(res, f"{name}-0", killed)
+    time.sleep(2)
+
+    # It answered read-only (in recovery) after its restart before it answered writable: fenced.
+    # (From the end of the observer's session with it: a query may run between the time taken
+    # before the kill and the kill itself.)
+    samples = _log(res, "observer")
+    after = [(float(t), state) for t, who, state in samples if who == "0" and float(t) > killed]
+    ended = crashed(samples, "0", killed)
+    answers = [(t, state) for t, state in after if t > ended and state in ("t", "f")]
+    assert answers and answers[0][1] == "t", f"{name}-0 took writes at once after its restart: {after[:8]}"
+    fenced = next(t for t, state in answers if state == "f") - answers[0][0]
+    assert day2(res, name)["currentPrimary"] == f"{name}-0"
+    assert not [e for e in res.events(name) if e["reason"] == "Failover"]
+    writes = {writer: _log(res, writer) for writer in ("writer", "direct")}  # before what is stored
+    stored = {int(i) for i in sql(res, f"{name}-0", "SELECT id FROM w").split()}
+    for writer, seen in writes.items():
+        assert_none_lost(seen, stored, writer, ended)
+        gap = unavailable(seen, killed)[2]
+        print(f"kill -9 of the primary's postmaster, {writer}: writes unavailable {gap:.2f}s")
+    print(f"{name}-0 read-only for {fenced:.1f}s after it answered again; observer: {observed(samples)}")
+    assert two_writable(samples) == [], "two writable primaries seen"
+    wait_replicating(res, f"{name}-0", 2)
 
 
 def exact_version() -> str:

@@ -1,7 +1,8 @@
 """Backup verification on the real node: a PostgreSQLCluster's newest dump is restored into a
-throw-away PostgreSQL (real processes), checked and torn down on request (``verify-backup``); the
-same dump truncated on the backup volume fails the verification, which says so where a database
-team looks (status, a Warning, Day2=False naming the backup, the metrics).
+throw-away PostgreSQL (real processes), checked against what the backup recorded it held, and torn
+down on request (``verify-backup``); a newer dump cut short (it still restores, with fewer rows) and
+then the first dump truncated on the backup volume fail the verification, which says so where a
+database team looks (status, the backup list, a Warning, Day2=False naming the backup, the metrics).
 
 The verification's Pod runs where the chart's instances run (the spec's nodeSelector and
 tolerations: the real node), so a check that passed here ran on real data; on a KWOK node
@@ -110,8 +111,37 @@ def test_the_newest_dump_restores_into_a_throwaway_instance_and_a_truncated_one_
         exported[sample("helm_operator_restore_duration_seconds_count", watch=WATCH, result="Succeeded")] >= 1
     )
     eventually(lambda: instances_gone(res), timeout=60, what="the throw-away instance gone")
+    assert backup["holds"].startswith("5000 rows in 1 table(s); contents sha256 "), backup
 
-    # --- the same dump truncated on the backup volume: Failed, a Warning, Day2=False naming it -----
+    # --- a newer dump cut short and compressed again: it restores, with fewer rows. The record of
+    # what it held when taken tells: Failed, naming the table and both counts; the backup list says
+    # it failed, and the verification after takes the backup before it -----------------------------
+    act(res, PG, name, "backup-now")
+    newer = eventually(
+        lambda: next(
+            (b for b in day2(res, name).get("backups", []) if b["name"] != backup["name"] and b.get("holds")),
+            None,
+        ),
+        timeout=180,
+        interval=1,
+        what="a second backup taken on request",
+    )
+    eventually(lambda: ACTION not in (res.get(PG, name) or {})["metadata"].get("annotations", {}), timeout=60)
+    cut = newer["location"].rsplit("/", 1)[1]
+    script = 'gunzip -c "$1" | head -n 2600 > /tmp/cut && gzip -c /tmp/cut > "$1"'
+    run_pod(res, "cut", images.POSTGRES, ["sh", "-c", script, "cut", f"/b/{cut}"], {f"{name}-backups": "/b"})
+    asked = time.time()
+    act(res, PG, name, "verify-backup")
+    short = verified_after(res, PG, name, asked)
+    assert (short["name"], short["result"]) == (newer["name"], "Failed"), short
+    assert f"rows restored from {cut}, 5000 when it was taken" in short["message"], short
+    listed = {b["name"]: b for b in day2(res, name)["backups"]}
+    assert listed[newer["name"]]["phase"] == "Failed", listed
+    assert "failed verification" in listed[newer["name"]]["error"], listed
+    print(f"verification of {cut} cut short: {short['message']}")
+    eventually(lambda: instances_gone(res), timeout=60, what="the throw-away instance gone")
+
+    # --- the first dump truncated on the backup volume: Failed, a Warning, Day2=False naming it ----
     file = backup["location"].rsplit("/", 1)[1]
     run_pod(
         res, "truncate", images.DEBIAN, ["truncate", "-s", "4096", f"/b/{file}"], {f"{name}-backups": "/b"}
@@ -125,7 +155,11 @@ def test_the_newest_dump_restores_into_a_throwaway_instance_and_a_truncated_one_
     warnings = [
         e for e in res.events(name) if e["type"] == "Warning" and e["reason"] == "BackupVerificationFailed"
     ]
-    assert warnings and backup["name"] in warnings[-1]["message"], warnings
+    # (kubectl lists Events by name, not by time: the cut one's Warnings are there too)
+    said = [
+        w for w in warnings if backup["name"] in w["message"] and "not a complete gzip file" in w["message"]
+    ]
+    assert said and any(newer["name"] in w["message"] for w in warnings), warnings
     day2_condition = res.wait_condition(PG, name, "Day2", status="False", timeout=60, generation=False)
     assert day2_condition["reason"] == "BackupVerificationFailed", day2_condition
     assert backup["name"] in day2_condition["message"], day2_condition

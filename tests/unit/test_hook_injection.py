@@ -38,6 +38,7 @@ T0 = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
 SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
 TOOLS = (
     "aws etcd etcdctl etcdutl pg_dump gzip gunzip psql gosu initdb pg_ctl createdb rm mkdir chown chmod grep"
+    " awk wc md5sum sha256sum cut paste mv cp cat"
 )
 STUB = """#!/bin/sh
 { printf 'CALL\\0'; printf '%s\\0' "${0##*/}" "$@"; printf 'ENV\\0'; /usr/bin/env -0; printf 'END\\0'

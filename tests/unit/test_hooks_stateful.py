@@ -9,6 +9,7 @@ import datetime as dt
 import re
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,21 @@ def test_no_ready_replica_means_no_promotion_and_a_recheck() -> None:
 def test_a_recovered_former_primary_stays_a_replica() -> None:
     e = elect([member("db-0"), member("db-1", primary=True)], "db-1", 30, NOW)
     assert (e.primary, e.promote, e.demote) == ("db-1", None, ())
+
+
+def test_a_primary_that_started_again_is_confirmed_only_while_it_is_the_primary_on_record() -> None:
+    """A restarted primary is fenced by its chart until a newer word: confirmed (relabelled) once it
+    is Ready again in a new incarnation; replaced instead once the delay passed without it."""
+    again = replace(member("db-0", primary=True), incarnation="u0/1")
+    e = elect([again, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (e.primary, e.promote, e.confirmed, e.incarnation) == ("db-0", "db-0", True, "u0/1")
+    same = elect([again, member("db-1")], "db-0", 30, NOW, confirmed="u0/1")
+    assert (same.promote, same.confirmed) == (None, False)
+    unrecorded = elect([again, member("db-1")], "db-0", 30, NOW)  # a primary from before the record
+    assert (unrecorded.promote, unrecorded.confirmed, unrecorded.incarnation) == (None, False, "u0/1")
+    down = replace(again, ready=False, since=NOW - dt.timedelta(seconds=31))
+    gone = elect([down, replace(member("db-1"), incarnation="u1/0")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (gone.promote, gone.failover, gone.confirmed, gone.incarnation) == ("db-1", True, False, "u1/0")
 
 
 def test_switchover_checks_its_target() -> None:
@@ -178,6 +194,26 @@ def test_switchover_action_moves_the_primary_or_says_why_not() -> None:
     refused = asyncio.run(h.run("action", name="switchover", argument="db-2"))
     assert refused.result.permanent and "db-2 is not Ready" in refused.result.message
     assert not asyncio.run(h.run("action", name="switchover")).ok
+
+
+def test_a_restarted_primary_is_confirmed_with_the_next_number_and_told_at_once() -> None:
+    """The hook records the primary's incarnation; a container restart of the primary (still on
+    record, Ready again) relabels it with the next generation and tells it, with an Event."""
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    h = Harness(hooks, PG, objects=[pod("db-0"), pod("db-1")])
+    first = asyncio.run(h.run("watch", name="elect_primary"))
+    assert first.ok and first.day2["primaryIncarnation"] == "/0"
+    told = len(h.kube.commands)
+    quiet = asyncio.run(h.run("watch", name="elect_primary"))
+    assert quiet.ok and not quiet.events and len(h.kube.commands) == told  # nothing to confirm
+    h.kube.objects[("v1", "Pod", "prod", "db-0")]["status"]["containerStatuses"][0]["restartCount"] = 1
+    again = asyncio.run(h.run("watch", name="elect_primary"))
+    labels = h.kube.objects[("v1", "Pod", "prod", "db-0")]["metadata"]["labels"]
+    assert again.ok and labels[ROLE] == "primary" and labels[f"{ROLE}-generation"] == "2", labels
+    assert again.day2["primaryIncarnation"] == "/1" and again.day2["currentPrimary"] == "db-0"
+    assert [e[1] for e in again.events] == ["PrimaryConfirmed"], again.events
+    assert "db-0 started again" in again.events[0][2]
+    assert h.kube.commands[-1][2][-3:] == ("primary", "2", "/run/role/role")
 
 
 def stops_when_demoted(h: Harness) -> None:
@@ -463,30 +499,30 @@ def test_each_member_is_told_its_role_at_once_numbered_after_its_label() -> None
 
 
 ROLE_CASES = [
-    # (the kubelet's copy of the labels, the line the operator wrote, the role the instance takes)
-    ('postgresql.example.com/role="replica"\n', None, "replica"),  # a new Pod: never told
+    # (the kubelet's copy of the labels, the line the operator wrote, the word the instance takes)
+    ('postgresql.example.com/role="replica"\n', None, "replica 0"),  # a new Pod: never told
     (
         'postgresql.example.com/role="replica"\npostgresql.example.com/role-generation="3"\n',
         "primary 4",
-        "primary",
+        "primary 4",
     ),
     (
         'postgresql.example.com/role="primary"\npostgresql.example.com/role-generation="5"\n',
         "replica 4",
-        "primary",
+        "primary 5",
     ),
     (
         'postgresql.example.com/role="primary"\npostgresql.example.com/role-generation="5"\n',
         "primary 5",
-        "primary",
+        "primary 5",
     ),
     (
         'postgresql.example.com/role="replica"\npostgresql.example.com/role-generation="6"\n',
         "primary 5",
-        "replica",
+        "replica 6",
     ),
-    ('postgresql.example.com/role="primary"\n', "replica 1", "replica"),  # told before the kubelet copied
-    ("", "", ""),
+    ('postgresql.example.com/role="primary"\n', "replica 1", "replica 1"),  # told before the kubelet copied
+    ("", "", "replica 0"),  # nothing known: a standby
 ]
 
 
@@ -494,16 +530,17 @@ ROLE_CASES = [
 def test_the_chart_believes_the_higher_numbered_copy_of_the_role(
     labels: str, told: str | None, expected: str, tmp_path: Path
 ) -> None:
-    """The chart's ``role`` shell function, run by bash over both copies."""
+    """The chart's ``role`` and ``generation`` shell functions, run by bash over both copies."""
     template = (ROOT / "charts/postgresqlcluster/templates/statefulset.yaml").read_text()
-    match = re.search(r"^( *)role\(\) \{\n.*?^\1\}\n", template, re.S | re.M)
-    assert match is not None, "the chart defines role()"
+    match = re.search(r"^( *)word\(\) \{\n.*?^\1generation\(\) .*?\n", template, re.S | re.M)
+    assert match is not None, "the chart defines word(), role() and generation()"
     body = match.group(0).replace("/etc/podinfo/labels", str(tmp_path / "labels"))
     body = body.replace("/run/role/role", str(tmp_path / "told"))
     (tmp_path / "labels").write_text(labels)
     if told is not None:
         (tmp_path / "told").write_text(told + "\n")
-    out = subprocess.run(["bash", "-ec", body + "role"], capture_output=True, text=True, check=True)
+    script = body + 'echo "$(role) $(generation)"'
+    out = subprocess.run(["bash", "-ec", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -222,11 +224,85 @@ def test_a_failed_verification_is_recorded_warned_and_sets_day2_false_naming_the
     warned = [e for e in out.events if e[0] == "Warning"]
     assert [e[1] for e in warned] == ["BackupVerificationFailed"] and "db-backup-2" in warned[0][2]
     assert ("delete", "Job", found[0]["metadata"]["name"]) in out.operations  # torn down also on failure
+    listed = {r["name"]: r for r in out.day2["backups"]}  # the backup list says it too
+    assert listed["db-backup-2"]["phase"] == "Failed", listed["db-backup-2"]
+    assert listed["db-backup-2"]["error"].startswith("failed verification: ")
+    assert listed["db-backup-1"]["phase"] == "Succeeded"  # the next verification takes this one
     health = Health()
     health.report("o", "action", out.result.problem)
     day2 = health.condition("o")
     assert day2.type is ConditionType.DAY2 and day2.status is False
     assert day2.reason == "BackupVerificationFailed" and "db-backup-2" in day2.message
+
+
+SHA = "ab" * 32
+
+
+def test_a_backup_that_said_what_it_holds_is_compared_with_that() -> None:
+    """The dump Job's termination message is kept as ``holds``; the verification gets the sha256
+    of the record beside the dump, and compares every table with it."""
+    held = record(
+        "db-backup-5", "2026-11-26T14:00:00Z", holds=f"20000 rows in 2 table(s); contents sha256 {SHA}"
+    )
+    out, found, _ = sample(pg([*BACKUPS, held]))
+    assert out.ok, out.result
+    env = {e["name"]: e.get("value") for e in found[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SOURCE"] == "db-backup-5.sql.gz" and env["CONTENTS"] == SHA
+    _, older, _ = sample(pg())  # recorded before backups said what they hold: only the check
+    assert "CONTENTS" not in {e["name"] for e in older[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_a_backup_records_what_its_job_said_it_holds() -> None:
+    said = f"20000 rows in 2 table(s); contents sha256 {SHA}"
+    h = Harness(load("hooks/postgresqlcluster.py", ROOT), pg([]))
+
+    def finished(obj: dict[str, Any]) -> None:  # the Job completes; its Pod said what it wrote
+        if obj.get("kind") != "Job":
+            return
+        obj["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        terminated = {"exitCode": 0, "message": f"{said}\n"}
+        h.kube.objects[("v1", "Pod", "prod", "p")] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "prod", "labels": {"job-name": obj["metadata"]["name"]}},
+            "status": {"containerStatuses": [{"name": "backup", "state": {"terminated": terminated}}]},
+        }
+
+    h.kube.on_create = finished
+    out = asyncio.run(h.run("action", name="backup-now", run_as="db-backup-now-1"))
+    assert out.ok, out.result
+    (taken,) = out.day2["backups"]
+    assert taken["phase"] == "Succeeded" and taken["holds"] == said, taken
+
+
+def test_the_record_of_what_a_dump_holds_counts_and_sums_each_table_s_rows(tmp_path: Path) -> None:
+    """The dump Job's shell text after pg_dump, run by sh on a plain dump: one line per COPY block
+    (rows, md5 of its lines, the statement), and a summary naming the sha256 of that record."""
+    out, found, _ = sample(pg(), verb="backup-now")
+    assert out.ok, out.result
+    dump_text = next(
+        a for a in found[0]["spec"]["template"]["spec"]["containers"][0]["command"] if "pg_dump" in a
+    )
+    text = dump_text[dump_text.index("rm -rf /tmp/blocks") : dump_text.index("cp /tmp/holds")]
+    script = text.replace("/tmp/", f"{tmp_path}/").replace("/backups/", f"{tmp_path}/")
+    dump = (
+        "SET statement_timeout = 0;\n"
+        "COPY public.w (id, at) FROM stdin;\n1\t2026-11-26 10:00:00+00\n2\t2026-11-26 10:00:01+00\n\\.\n"
+        "CREATE INDEX i ON public.w (at);\n"
+        "COPY public.empty (id) FROM stdin;\n\\.\n"
+    )
+    (tmp_path / "b1.sql").write_text(dump)
+    subprocess.run(["sh", "-ec", script], env={"BACKUP": "b1", "PATH": "/usr/bin:/bin"}, check=True)
+    contents = (tmp_path / "b1.sql.gz.contents").read_text()
+    rows = hashlib.md5(b"1\t2026-11-26 10:00:00+00\n2\t2026-11-26 10:00:01+00\n").hexdigest()
+    empty = hashlib.md5(b"").hexdigest()
+    assert contents == (
+        f"2\t{rows}\tCOPY public.w (id, at) FROM stdin;\n0\t{empty}\tCOPY public.empty (id) FROM stdin;\n"
+    )
+    summary = (tmp_path / "holds").read_text()
+    sha = hashlib.sha256(contents.encode()).hexdigest()
+    assert summary == f"2 rows in 2 table(s); contents sha256 {sha}\n"
+    assert (tmp_path / "b1.sql.gz").exists() and not (tmp_path / "b1.sql").exists()
 
 
 def test_nothing_to_verify_fails_an_action_and_only_tells_a_schedule() -> None:

@@ -153,9 +153,35 @@ async def _record(ctx: Context, record: Mapping[str, Any]) -> None:
     await ctx.day2.save()
 
 
+HOLDS_MAX = 300  # characters of a backup Job's termination message kept as what the backup holds
+
+
+def holds(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """What a finished backup Job said it wrote (the last line of its containers' termination
+    message, ``/dev/termination-log``): tables, rows, a checksum of its record of them — for a
+    verification to compare the restored data with. None if it said nothing."""
+    for pod in pods:
+        for c in (pod.get("status") or {}).get("containerStatuses") or ():
+            done = (c.get("state") or {}).get("terminated") or {}
+            lines = [x.strip() for x in str(done.get("message") or "").splitlines() if x.strip()]
+            if done.get("exitCode") == 0 and lines:
+                return lines[-1][-HOLDS_MAX:]
+    return None
+
+
+async def fail(ctx: Context, name: str, error: str) -> None:
+    """Mark a recorded backup Failed after the fact (a verification found that it does not restore
+    what it held): a restore refuses it, the next verification takes the one before, and retention
+    counts it with the failed ones."""
+    record = next((r for r in records(ctx) if r.get("name") == name), None)
+    if record is not None and record.get("phase") == "Succeeded":
+        record.update(phase="Failed", error=error)
+        await _record(ctx, record)
+
+
 async def take(ctx: Context, name: str, job: Mapping[str, Any], location: str) -> dict[str, Any]:
-    """Run one backup Job and record it (name, start, end, phase, location, error). A failed
-    backup raises ``PermanentError`` after it is recorded."""
+    """Run one backup Job and record it (name, start, end, phase, location, error, and what it
+    ``holds`` if its Job said so). A failed backup raises ``PermanentError`` after it is recorded."""
     existing = next((r for r in records(ctx) if r.get("name") == name), None)
     now = rfc3339(dt.datetime.now(dt.UTC))
     record: dict[str, Any] = dict(existing or {"name": name, "startTime": now, "location": location})
@@ -171,6 +197,9 @@ async def take(ctx: Context, name: str, job: Mapping[str, Any], location: str) -
         await ctx.event("BackupFailed", f"backup {name} failed: {record['error']}", warning=True)
         raise PermanentError(f"backup {name} failed: {record['error']}")
     record.pop("error", None)
+    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, labels={"job-name": job["metadata"]["name"]})
+    if (said := holds(pods)) is not None:
+        record["holds"] = said
     await _record(ctx, record)
     await ctx.event("BackupSucceeded", f"backup {name} written to {location}")
     return record

@@ -31,6 +31,7 @@ Select = Callable[[Mapping[str, Any]], bool]  # which of the release's Pods are 
 TELL_WITHIN = 3.0  # seconds a member has to take its role through exec before its label must do
 CURRENT = "currentPrimary"  # status.day2 keys
 UNREADY_SINCE = "primaryUnreadySince"
+CONFIRMED = "primaryIncarnation"  # the primary's Pod uid and restarts when it was last given the role
 
 
 def members(pods: Sequence[Mapping[str, Any]], label: str) -> list[Member]:
@@ -187,6 +188,15 @@ async def apply(
         await ctx.event("PrimaryChanged", f"{election.reason}: primary is now {election.primary}")
     elif before is None and election.primary is not None:
         await ctx.event("PrimaryElected", f"{election.reason}: primary is {election.primary}")
+    elif election.confirmed:
+        await ctx.event("PrimaryConfirmed", f"{election.reason}: confirmed, it takes writes again")
+    # The incarnation given the role now, or the primary from before this record (as it runs now).
+    if (
+        tell is not None
+        and election.incarnation is not None
+        and (promoted is not None or ctx.day2.get(CONFIRMED) is None)
+    ):
+        ctx.day2[CONFIRMED] = election.incarnation
     await ctx.day2.save()
     if tell is not None and election.promote is not None and promoted is not None:
         await _tell(ctx, election.promote, tell, "primary", promoted)  # after the record: it names it
@@ -204,13 +214,15 @@ async def keep_primary(
     """A watch hook on the release's Pods: keep exactly one Ready primary (label the first Ready
     member, promote the Ready member with the lowest ordinal once the primary has not been Ready
     for ``delay`` seconds); while a grace period runs, look again when it is over. ``fence`` and
-    ``tell``: as in :func:`apply`."""
+    ``tell``: as in :func:`apply`; with ``tell`` (numbered roles), a primary that started again is
+    confirmed with the next number (see :mod:`~helm_operator.hooks.builtin.primary`)."""
     election = elect(
         members([p for p in ctx.objects if members_of(p)], label),
         ctx.day2.get(CURRENT),
         delay,
         dt.datetime.now(dt.UTC),
         parse_time(ctx.day2.get(UNREADY_SINCE)),
+        ctx.day2.get(CONFIRMED) if tell is not None else None,
     )
     await apply(ctx, election, label, fence=fence, tell=tell)
     if election.wait is not None:

@@ -4,6 +4,13 @@ The primary is the Pod carrying a role label the client Service selects. It keep
 it is Ready; once it has been not Ready (or gone) for the failover delay, the Ready member with the
 lowest ordinal is promoted. The old primary is always demoted *before* the new one is promoted,
 so no observer ever sees two primaries; a demoted member that comes back stays a replica.
+
+A member that starts again (its container restarted, or a new Pod) holds no authority from before:
+a chart that fences at start runs it read-only until the operator's word is newer than the one it
+started with. Each confirmed primary's *incarnation* (the Pod's uid and its containers' restarts)
+is on record; a primary seen Ready in another incarnation is confirmed again (relabelled with the
+next generation) — only while it still is the primary on record, so a member that was replaced
+meanwhile never takes writes it would lose to the one promoted in its place.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ class Member:
     since: dt.datetime | None  # when readiness last changed (the Ready condition's lastTransitionTime)
     primary: bool  # carries the primary role label
     deleting: bool = False
+    incarnation: str = ""  # "<uid>/<restarts>": one run of the Pod's containers
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], label: str, primary: str = "primary") -> Member:
@@ -35,6 +43,8 @@ class Member:
             (c for c in (pod.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None
         )
         suffix = name.rsplit("-", 1)[-1]
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
         return cls(
             name=name,
             ordinal=int(suffix) if suffix.isdigit() else 1 << 30,
@@ -42,6 +52,7 @@ class Member:
             since=parse_time((ready or {}).get("lastTransitionTime")),
             primary=(meta.get("labels") or {}).get(label) == primary,
             deleting=bool(meta.get("deletionTimestamp")),
+            incarnation=f"{meta.get('uid') or ''}/{restarts}",
         )
 
     @property
@@ -59,6 +70,8 @@ class Election:
     unready_since: dt.datetime | None = None  # when the primary was first seen not Ready (to record)
     reason: str = ""
     requested: bool = False  # a switchover someone asked for
+    confirmed: bool = False  # ``promote`` is the primary itself, started again: confirmed in its role
+    incarnation: str | None = None  # the primary's incarnation once this step is applied (to record)
 
 
 def _labelled_except(members: Sequence[Member], keep: str | None) -> tuple[str, ...]:
@@ -76,22 +89,40 @@ def elect(
     delay: float,
     now: dt.datetime,
     unready_since: dt.datetime | None = None,
+    confirmed: str | None = None,
 ) -> Election:
     """The next step towards exactly one Ready primary. ``current`` is the primary on record
-    (``status.day2.currentPrimary``); ``unready_since`` when it was first seen not Ready."""
+    (``status.day2.currentPrimary``); ``unready_since`` when it was first seen not Ready;
+    ``confirmed`` the incarnation it was last confirmed in (None: none on record yet)."""
     labelled = [m for m in members if m.primary]
     if current is None and len(labelled) == 1:
         current = labelled[0].name
     me = next((m for m in members if m.name == current), None)
     if me is not None and me.serving:
+        demote = _labelled_except(members, me.name)
+        if me.primary and confirmed is not None and me.incarnation != confirmed:
+            return Election(
+                me.name,
+                demote,
+                me.name,
+                confirmed=True,
+                incarnation=me.incarnation,
+                reason=f"{me.name} started again and is still the primary on record",
+            )
         promote = None if me.primary else me.name
-        return Election(me.name, _labelled_except(members, me.name), promote, reason=f"{me.name} is Ready")
+        return Election(me.name, demote, promote, incarnation=me.incarnation, reason=f"{me.name} is Ready")
     if current is None:  # a new cluster: the first member that is Ready (instance 0 initialises the data)
         first = _candidate(members, None)
         if first is None:
             return Election(None, reason="no member is Ready yet")
         demote = _labelled_except(members, first.name)
-        return Election(first.name, demote, first.name, reason=f"{first.name} is the first Ready member")
+        return Election(
+            first.name,
+            demote,
+            first.name,
+            incarnation=first.incarnation,
+            reason=f"{first.name} is the first Ready member",
+        )
     seen = [t for t in (unready_since, me.since if me is not None and not me.ready else None) if t]
     since = min(seen) if seen else now
     elapsed = (now - since).total_seconds()
@@ -116,6 +147,7 @@ def elect(
         _labelled_except(members, successor.name),
         successor.name,
         failover=True,
+        incarnation=successor.incarnation,
         reason=f"primary {current} {state} for {elapsed:.0f}s (failoverDelay {delay:g}s)",
     )
 
@@ -130,4 +162,11 @@ def switch(members: Sequence[Member], target: str) -> Election:
         raise ValueError(f"{target} is not Ready; a switchover needs a Ready member")
     promote = None if me.primary else me.name
     demote = _labelled_except(members, me.name)
-    return Election(me.name, demote, promote, reason=f"switchover to {target}", requested=True)
+    return Election(
+        me.name,
+        demote,
+        promote,
+        incarnation=me.incarnation,
+        reason=f"switchover to {target}",
+        requested=True,
+    )

@@ -14,7 +14,9 @@ its check answered (scheduling and image pull included: what a real restore woul
 ``helm_operator_backup_last_verified_timestamp_seconds``, ``helm_operator_restore_duration_seconds``
 and ``helm_operator_backup_verifications_total``. A failed verification raises ``PermanentError``
 naming the backup with the reason ``BackupVerificationFailed``, so ``Day2`` is False and says which
-backup did not restore.
+backup did not restore; the backup's own record in ``status.day2.backups`` becomes ``Failed`` with
+the reason, so no restore takes it. A backup Job that said what it wrote (``holds`` in its record)
+lets the check compare the restored data with that, not only ask whether something restored.
 """
 
 from __future__ import annotations
@@ -287,5 +289,6 @@ async def _record(ctx: Context, verified: Verified) -> None:
         )
         return
     message = f"backup {verified.backup} failed verification: {verified.message}"
+    await backup.fail(ctx, verified.backup, f"failed verification: {verified.message}")
     await ctx.event(Reason.BACKUP_VERIFICATION_FAILED, f"{message} (after {took})", warning=True)
     raise PermanentError(message, reason=Reason.BACKUP_VERIFICATION_FAILED)
