@@ -224,10 +224,42 @@ def test_a_failed_verification_is_recorded_warned_and_sets_day2_false_naming_the
     warned = [e for e in out.events if e[0] == "Warning"]
     assert [e[1] for e in warned] == ["BackupVerificationFailed"] and "db-backup-2" in warned[0][2]
     assert ("delete", "Job", found[0]["metadata"]["name"]) in out.operations  # torn down also on failure
-    listed = {r["name"]: r for r in out.day2["backups"]}  # the backup list says it too
-    assert listed["db-backup-2"]["phase"] == "Failed", listed["db-backup-2"]
-    assert listed["db-backup-2"]["error"].startswith("failed verification: ")
-    assert listed["db-backup-1"]["phase"] == "Succeeded"  # the next verification takes this one
+    listed = {r["name"]: r for r in out.day2["backups"]}  # an instance that never ran blames no backup
+    assert listed["db-backup-2"]["phase"] == "Succeeded", listed["db-backup-2"]
+
+
+@pytest.mark.parametrize(("code", "blamed"), [(1, True), (137, False)])
+def test_a_backup_the_check_refused_is_failed_in_the_backup_list(code: int, blamed: bool) -> None:
+    """The check exited 1 saying why: the backup's entry becomes Failed (a restore refuses it, the
+    next verification takes the one before). Killed (137: out of memory): the backup stays."""
+    found: list[dict[str, Any]] = []
+    h = Harness(load("hooks/postgresqlcluster.py", ROOT), pg(), on_create=keep_jobs(found, fail=True))
+    said = {
+        "exitCode": code,
+        "message": "public.t: 2545 rows restored from x.sql.gz, 5000 when it was taken\n",
+    }
+    name = "db-verify-backup-20261126150000"
+    h.kube.objects[("v1", "Pod", "prod", "v")] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "v", "namespace": "prod", "labels": {"job-name": name}},
+        "status": {"containerStatuses": [{"name": "verify", "state": {"terminated": said}}]},
+    }
+    delete = h.kube.delete
+
+    async def collected(api_version: str, kind: str, obj: str, namespace: str | None = None) -> bool:
+        if kind == "Job":  # its Pods go with it, as the garbage collector takes them
+            h.kube.objects.pop(("v1", "Pod", "prod", "v"), None)
+        return await delete(api_version, kind, obj, namespace)
+
+    h.kube.delete = collected  # type: ignore[method-assign]
+    out = asyncio.run(h.run("action", name="verify-backup", run_as=name))
+    assert not out.ok and "5000 when it was taken" in out.result.message
+    listed = {r["name"]: r for r in out.day2["backups"]}
+    assert listed["db-backup-2"]["phase"] == ("Failed" if blamed else "Succeeded"), listed["db-backup-2"]
+    if blamed:
+        assert listed["db-backup-2"]["error"].startswith("failed verification: verify exited 1: public.t")
+        assert listed["db-backup-1"]["phase"] == "Succeeded"
     health = Health()
     health.report("o", "action", out.result.problem)
     day2 = health.condition("o")

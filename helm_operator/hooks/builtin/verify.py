@@ -14,9 +14,11 @@ its check answered (scheduling and image pull included: what a real restore woul
 ``helm_operator_backup_last_verified_timestamp_seconds``, ``helm_operator_restore_duration_seconds``
 and ``helm_operator_backup_verifications_total``. A failed verification raises ``PermanentError``
 naming the backup with the reason ``BackupVerificationFailed``, so ``Day2`` is False and says which
-backup did not restore; the backup's own record in ``status.day2.backups`` becomes ``Failed`` with
-the reason, so no restore takes it. A backup Job that said what it wrote (``holds`` in its record)
-lets the check compare the restored data with that, not only ask whether something restored.
+backup did not restore. When the check itself refused the backup (a container exited 1 to 127
+saying why, not an instance killed or never run), the backup's own record in
+``status.day2.backups`` becomes ``Failed`` with the reason, so no restore takes it. A backup Job
+that said what it wrote (``holds`` in its record) lets the check compare the restored data with
+that, not only ask whether something restored.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Verified:
     restore_seconds: float
     result: Result
     message: str
+    blames_the_backup: bool = False  # the check itself found the backup wanting (not the instance)
 
     @property
     def ok(self) -> bool:
@@ -109,6 +112,18 @@ def why_failed(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str
     return "the instance failed"
 
 
+def check_refused(pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a container of the instance ended the check itself: it exited 1 to 127 and said
+    why. A container killed (128 and up: out of memory, a signal) or an instance that never ran
+    (its deadline passed) says nothing of the backup."""
+    for pod in pods:
+        for c in (pod.get("status") or {}).get("containerStatuses") or ():
+            done = (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated")
+            if done and 0 < int(done.get("exitCode") or 0) < 128 and str(done.get("message") or "").strip():
+                return True
+    return False
+
+
 def outcome(
     record: Mapping[str, Any],
     job: Mapping[str, Any],
@@ -121,7 +136,7 @@ def outcome(
     if backup.job_phase(job) == "Succeeded":
         message = f"restored {location} into a throw-away instance; its check answered"
         return Verified(name, location, now, seconds, "Succeeded", message)
-    return Verified(name, location, now, seconds, "Failed", why_failed(job, pods))
+    return Verified(name, location, now, seconds, "Failed", why_failed(job, pods), check_refused(pods))
 
 
 def watch_key(resource: Mapping[str, Any]) -> str:
@@ -289,6 +304,7 @@ async def _record(ctx: Context, verified: Verified) -> None:
         )
         return
     message = f"backup {verified.backup} failed verification: {verified.message}"
-    await backup.fail(ctx, verified.backup, f"failed verification: {verified.message}")
+    if verified.blames_the_backup:
+        await backup.fail(ctx, verified.backup, f"failed verification: {verified.message}")
     await ctx.event(Reason.BACKUP_VERIFICATION_FAILED, f"{message} (after {took})", warning=True)
     raise PermanentError(message, reason=Reason.BACKUP_VERIFICATION_FAILED)
