@@ -442,25 +442,35 @@ def written_again(writes: list[list[str]], since: float, promoted: float) -> boo
     return any(w[1] == "ok" and float(w[0]) > after for w in writes)
 
 
+def under_writes(res: Resources, name: str, failover_delay: str, *, direct: bool = False) -> None:
+    """Three real instances, ``<name>-0`` the primary streaming to both standbys, a table ``w``; the
+    observer of every instance, and the writer through the client Service (``direct``: and a second
+    one on the primary's Pod IP, as a client of a headless Service or a pooler is: it reaches the
+    primary also while it is not Ready, so it sees what a restarted primary takes) writing."""
+    primary = f"{name}-0"
+    res.apply(real_pg(name, replicas=3, failoverDelay=failover_delay))
+    res.wait_condition(PG, name, "Ready", timeout=300)
+    eventually(
+        lambda: day2(res, name).get("currentPrimary") == primary, timeout=60, what=f"{primary} primary"
+    )
+    wait_replicating(res, primary, 2)
+    sql(res, primary, "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
+    headless = f"{name}-headless.{res.ns}.svc.cluster.local"
+    _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
+    _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
+    if direct:
+        _client_pod(res, "direct", WRITER, {"SERVICE": pod_ip(res, primary)})
+    for writer in ("writer", "direct") if direct else ("writer",):
+        eventually(lambda w=writer: acks(_log(res, w)) >= 5, timeout=60, what=f"{writer} writing")
+    watched(res, primary, 0.0)
+
+
 @pytest.mark.timeout(1500)
 def test_failover_and_switchover_with_data_never_two_writable_primaries(
     real_node: RealNode, operator: OperatorProcess, res: Resources
 ) -> None:
     name = "ha"
-    res.apply(real_pg(name, replicas=3, failoverDelay="5s"))
-    res.wait_condition(PG, name, "Ready", timeout=300)
-    eventually(lambda: day2(res, name).get("currentPrimary") == "ha-0", timeout=60, what="ha-0 primary")
-    wait_replicating(res, "ha-0", 2)
-    sql(res, "ha-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
-    headless = f"{name}-headless.{res.ns}.svc.cluster.local"
-    _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
-    _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
-    # A client of the primary's Pod IP (as of a headless Service, a pooler): it reaches ha-0 also
-    # while ha-0 is not Ready, so it is the one that sees a restarted primary take writes.
-    _client_pod(res, "direct", WRITER, {"SERVICE": pod_ip(res, "ha-0")})
-    for writer in ("writer", "direct"):
-        eventually(lambda w=writer: acks(_log(res, w)) >= 5, timeout=60, what=f"{writer} writing")
-    watched(res, "ha-0", 0.0)
+    under_writes(res, name, "5s", direct=True)
 
     def primary_after(old: str, started: float, how: str) -> str:
         """The instance promoted in place of ``old`` (the Ready standby with the lowest ordinal),
@@ -541,18 +551,7 @@ def test_a_primary_whose_postmaster_is_killed_takes_no_write_until_the_operator_
     primary on record: the failover delay is long, so no standby is promoted). Writers on its Pod
     IP and through the Service lose no acknowledged write; never two writable."""
     name = "fx"
-    res.apply(real_pg(name, replicas=3, failoverDelay="5m"))
-    res.wait_condition(PG, name, "Ready", timeout=300)
-    eventually(lambda: day2(res, name).get("currentPrimary") == f"{name}-0", timeout=60, what="fx-0 primary")
-    wait_replicating(res, f"{name}-0", 2)
-    sql(res, f"{name}-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
-    headless = f"{name}-headless.{res.ns}.svc.cluster.local"
-    _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
-    _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
-    _client_pod(res, "direct", WRITER, {"SERVICE": pod_ip(res, f"{name}-0")})
-    for writer in ("writer", "direct"):
-        eventually(lambda w=writer: acks(_log(res, w)) >= 5, timeout=60, what=f"{writer} writing")
-    watched(res, f"{name}-0", 0.0)
+    under_writes(res, name, "5m", direct=True)
     recorded = day2(res, name).get("primaryIncarnation")
 
     def postgres() -> dict[str, Any]:
@@ -628,16 +627,7 @@ def test_a_version_change_restarts_the_standbys_first_and_moves_the_primary_last
     acknowledged write, never two writable primaries; a major version change is refused."""
     name = "vc"
     exact = exact_version()
-    res.apply(real_pg(name, replicas=3, failoverDelay="5s"))
-    res.wait_condition(PG, name, "Ready", timeout=300)
-    eventually(lambda: day2(res, name).get("currentPrimary") == f"{name}-0", timeout=60, what="vc-0 primary")
-    wait_replicating(res, f"{name}-0", 2)
-    sql(res, f"{name}-0", "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
-    headless = f"{name}-headless.{res.ns}.svc.cluster.local"
-    _client_pod(res, "observer", OBSERVER, {"NAME": name, "HEADLESS": headless})
-    _client_pod(res, "writer", WRITER, {"SERVICE": f"{name}.{res.ns}.svc.cluster.local"})
-    eventually(lambda: sum(1 for w in _log(res, "writer") if w[1] == "ok") >= 5, timeout=60, what="writes")
-    watched(res, f"{name}-0", 0.0)
+    under_writes(res, name, "5s")
     before = images_of(res, name)
     assert set(before.values()) == {images.POSTGRES}, before
 
