@@ -78,6 +78,7 @@ class _ObjectWatch(KindWatch):
         self._naming: frozenset[str] | None = None  # owners the listing under way names
         self._too_many = False
         self._refused = False  # a request naming the owners was too long for the way to the API
+        self._waiting: set[str] = set()  # owners whose hooks looked before a listing covered them
         if held is not None:
             self.watch_seconds = HELD_WATCH_SECONDS
 
@@ -122,12 +123,16 @@ class _ObjectWatch(KindWatch):
         return True
 
     def covers(self, owner: str) -> bool:
-        """Whether the objects of ``owner`` are all here (listed, and watched since)."""
+        """Whether the objects of ``owner`` are all here (listed, and watched since). When not, the
+        listing that covers the owner reports it changed, even if it has no object at all."""
         with self.lock:  # the objects and what they cover change together (``_listed``)
             return self._covers(owner)
 
     def _covers(self, owner: str) -> bool:
-        return self.synced.is_set() and (self.covered is None or owner in self.covered)
+        if self.synced.is_set() and (self.covered is None or owner in self.covered):
+            return True
+        self._waiting.add(owner)
+        return False
 
     def _entry(self, obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return meaningful(obj), obj
@@ -138,8 +143,10 @@ class _ObjectWatch(KindWatch):
             before = self.covered if self.synced.is_set() else frozenset()
             self.covered = self._naming
             self.synced.set()
+            waited = {o for o in self._waiting if self.covered is None or o in self.covered}
+            self._waiting -= waited
         touched = {k for k in old.keys() | fresh.keys() if _sig(old.get(k)) != _sig(fresh.get(k))}
-        owners = {_owner((fresh.get(k) or old[k])[1]) for k in touched}
+        owners = {_owner((fresh.get(k) or old[k])[1]) for k in touched} | waited
         if self.held is not None and before is not None:  # newly covered: their hooks waited for this
             owners |= (self.held() if self.covered is None else self.covered) - before
         HOOK_WATCH_OBJECTS.labels(kind=self.label).set(len(fresh))

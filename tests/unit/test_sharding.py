@@ -528,6 +528,35 @@ def test_holds_arriving_during_each_listing_are_named_by_the_next_one_after_a_wa
     assert watch.of("o1") == []  # covered, and no Pods
 
 
+def test_an_owner_whose_hooks_looked_before_the_first_listing_is_called_by_it_even_with_no_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watch hook that ran before its kind's first listing waits for it; a release with no object
+    of that kind (nothing installed yet) must still be called by the listing, or its hook never runs."""
+    from helm_operator.drift import dependents
+    from helm_operator.hooks.watchers import _ObjectWatch
+
+    called: list[tuple[str, Any]] = []
+    api = _Calls(lambda: None)
+
+    class Stream:
+        def stream(self, get: Any, **kwargs: Any) -> list[Any]:
+            get(watch=True, **kwargs)
+            return []
+
+    monkeypatch.setattr(dependents.k8s_watch, "Watch", Stream)
+    kube: Any = SimpleNamespace(resource=lambda *_: SimpleNamespace(namespaced=True, get=api.get))
+    watch = _ObjectWatch(kube, ("v1", "ConfigMap"), lambda owner, kind, obj: called.append((owner, obj)))
+    watch.stopped.set()  # one listing, no watch loop
+    assert not watch.covers("empty") and watch.of("early") is None  # both looked too early
+    watch._list_and_watch()
+    assert sorted(called) == [("early", None), ("empty", None)]
+    assert watch.covers("empty") and watch.of("empty") == []
+    called.clear()
+    watch._list_and_watch()  # a relisting with nothing changed calls nobody
+    assert called == []
+
+
 def test_the_release_index_of_a_ring_shard_paces_its_listings_the_same_way(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
