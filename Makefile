@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench bench-quick bench-drift bench-day2 bench-day2-real tools venv clean rbac image
+.PHONY: demo test lint unit e2e bench bench-quick bench-drift bench-day2 bench-day2-real bench-pg-ha tools venv clean rbac image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,11 @@ bench-day2: venv tools
 # (bench/results/day2-real.md; about 20 minutes, after waiting for another run's real node).
 bench-day2-real: venv tools
 	$(BIN)/python -m bench.day2_real $(ARGS)
+
+# PostgreSQL high availability on the real node: per kind of primary failure (kill -9, SIGSTOP, Pod
+# deleted, switchover), what the clients lose and wait (bench/results/pg-ha.md; about 30 minutes).
+bench-pg-ha: venv tools
+	$(BIN)/python -m bench.pg_ha $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

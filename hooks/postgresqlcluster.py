@@ -7,15 +7,21 @@ Backups are ``pg_dump`` Jobs writing ``<backup>.sql.gz`` to the PersistentVolume
 ``<cluster>-backups``, which is not owned by the cluster (the backups outlive it). A restore runs
 before the StatefulSet exists: a Job builds instance 0's data volume from the dump. The primary
 is the Pod labelled ``postgresql.example.com/role=primary`` (the client Service selects it); when
-it is not Ready for ``failoverDelay`` the Ready standby with the lowest ordinal is promoted (the
-chart's instances watch their own labels and run ``pg_ctl promote``). An instance that starts again
-is read-only until told a newer word: a primary whose container restarted is confirmed once Ready
-(``failover.keep_primary`` with a ``RoleFile``), or replaced if the delay passes first.
+it is not Ready for ``failoverDelay`` (at once when its Pod is being deleted) the Ready standby that
+has received the most of its log is promoted (the chart's instances watch their own labels and run
+``pg_ctl promote``); with ``replication.mode: sync`` a commit waits for a standby, so that standby
+has every acknowledged write. An instance that starts again is read-only until told a newer word:
+a primary whose container restarted is confirmed once its server answers (the chart's startup
+probe; it is Ready only once writable), or replaced if the delay passes first
+(``failover.keep_primary`` with a ``RoleFile``). A demoted primary, or a standby off the new
+primary's timeline, starts again in place as a standby (rewound with ``pg_rewind``), without a
+restart of its container.
 
 Spec fields used: ``backup.schedule`` (5-field cron), ``backup.retention`` (30d, 12h, 4w),
 ``backup.maxBackups``, ``backup.storage`` (size of the backup volume, default 1Gi),
 ``restore.fromBackup`` (a backup name another cluster recorded, or ``pvc://<claim>/<file>``),
-``failoverDelay`` (30s, 2m; default 30s), ``backup.verifySchedule`` (5-field cron: verify the
+``failoverDelay`` (30s, 2m; default 30s), ``replication.mode`` (async, sync: read by the chart),
+``backup.verifySchedule`` (5-field cron: verify the
 newest backup). Annotations: ``helm-operator.io/skip-final-backup: "true"`` skips the final
 backup; ``helm-operator.io/action: switchover=<pod>`` moves the primary, ``verify-backup``
 verifies the newest backup.
@@ -63,8 +69,10 @@ DEFAULT_FAILOVER_DELAY = 30.0
 # once the old one has stopped serving, so never two are writable and no acknowledged write is lost.
 FENCE = 60.0
 # Each instance is also told its role at once (the chart's memory volume), not only when the
-# kubelet next copies its labels: a promotion or a demotion takes effect in about a second.
-TOLD = failover.RoleFile("/run/role/role", container="postgres")
+# kubelet next copies its labels: a promotion or a demotion takes effect in about a second. It says
+# in ``serving`` which word its running server started with (the fence reads it: a demoted primary
+# starts again in place, its container not restarted).
+TOLD = failover.RoleFile("/run/role/role", container="postgres", serving="/run/role/serving")
 IDENTIFIER = shapes.Shape(
     "^[A-Za-z_][A-Za-z0-9_$]{0,62}$", "a PostgreSQL identifier (a letter or _, then a-z, 0-9, _, $)", 63
 )
@@ -258,11 +266,45 @@ async def restore_from_backup(ctx: Context) -> None:
     )
 
 
+# How far a standby has received the primary's log (and replayed it: a standby whose receiver
+# has not run since its start has only what it replayed).
+RECEIVED_QUERY = (
+    "SELECT pg_wal_lsn_diff(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), '0/0')::bigint"
+)
+
+
+async def received(ctx: Context, pods: Sequence[str]) -> dict[str, int]:
+    """Each standby's position in the primary's log, asked over its local socket (a failover
+    promotes the most advanced: with synchronous replication it has every acknowledged write); one
+    that does not answer is left out."""
+    user = _libpq(ctx)["PGUSER"]
+    argv = ["psql", "-h", "/var/run/postgresql", "-U", user, "-d", "postgres", "-tAc", RECEIVED_QUERY]
+    out: dict[str, int] = {}
+    for pod in pods:
+        try:
+            said = await ctx.kube.exec(pod, str(ctx.namespace), argv, container="postgres", timeout=5)
+        except ExecFailed as exc:
+            ctx.log.info("could not ask %s how far it has received the log (%s)", pod, exc)
+            continue
+        if said.strip().isdigit():
+            out[pod] = int(said.strip())
+    return out
+
+
 @hooks.watch("v1", "Pod", when=database_pod, beside_helm=True, timeout=FENCE + 30)
 async def elect_primary(ctx: Context) -> None:
-    """Keep exactly one Ready primary: label the first, promote a standby after ``failoverDelay``.
-    Beside Helm: the install waits for the standbys, which wait for a primary to clone."""
-    await failover.keep_primary(ctx, ROLE, failover_delay(ctx.spec), database_pod, fence=FENCE, tell=TOLD)
+    """Keep exactly one Ready primary: label the first, promote the most advanced standby after
+    ``failoverDelay``. Beside Helm: the install waits for the standbys, which wait for a primary
+    to clone."""
+    await failover.keep_primary(
+        ctx,
+        ROLE,
+        failover_delay(ctx.spec),
+        database_pod,
+        fence=FENCE,
+        tell=TOLD,
+        rank=lambda pods: received(ctx, pods),
+    )
 
 
 @hooks.action("switchover")

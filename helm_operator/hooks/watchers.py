@@ -35,11 +35,13 @@ HELD_WATCH_SECONDS = 10  # by owner: a watch call's length, the longest a newly 
 
 
 def meaningful(obj: Mapping[str, Any]) -> str:
-    """What must change for a hook to hear of it: spec, labels, annotations, deletion, phase and
-    the status of each condition (not heartbeats, timestamps or resourceVersion)."""
+    """What must change for a hook to hear of it: spec, labels, annotations, deletion, phase, the
+    status of each condition, and each container's run (restarts, state, started past its startup
+    probe) — not heartbeats, timestamps or resourceVersion."""
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
     conditions = status.get("conditions") or ()
+    containers = status.get("containerStatuses") or ()
     body = {
         "spec": obj.get("spec"),
         "labels": meta.get("labels"),
@@ -47,6 +49,15 @@ def meaningful(obj: Mapping[str, Any]) -> str:
         "deleting": bool(meta.get("deletionTimestamp")),
         "phase": status.get("phase"),
         "conditions": sorted((str(c.get("type")), str(c.get("status"))) for c in conditions),
+        "containers": sorted(
+            (
+                str(c.get("name")),
+                int(c.get("restartCount") or 0),
+                sorted(c.get("state") or {}),
+                bool(c.get("started")),
+            )
+            for c in containers
+        ),
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -273,8 +273,16 @@ class Handlers:
         # Together, so that a scrape never sees one without the other.
         RECONCILES.labels(watch=watch.key, action=outcome.action or "none", result=outcome.phase).inc()
         RECONCILE_DURATION.labels(watch=watch.key).observe(time.monotonic() - started)
-        if done.result.retry_after is not None and outcome.phase != "ready":
-            raise kopf.TemporaryError(outcome.message[:200], delay=done.result.retry_after)
+        retry = done.result.retry_after
+        if retry is not None and outcome.phase == "progressing" and outcome.reason is Reason.HOOK_RETRYING:
+            # A hook asked to be called again (a restore Job still running): an expected wait, not
+            # a failure, logged at INFO; the resync looks again then (kopf's retry logs an ERROR).
+            log.info("waiting: %s; looking again in %gs", outcome.message[:300], retry)
+            again = retry if period <= 0 else min(period, retry)
+            self.resyncs.seen(key, self, dataclasses.replace(cr, status=done.status), again)
+            return
+        if retry is not None and outcome.phase != "ready":
+            raise kopf.TemporaryError(outcome.message[:200], delay=retry)
 
     async def from_memory(self, cr: Resource, status: str) -> bool:
         started = time.monotonic()

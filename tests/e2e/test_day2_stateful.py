@@ -68,11 +68,15 @@ def set_ready(res: Resources, pod: str, ready: bool) -> float:
 
 
 def stopped(res: Resources, pod: str) -> None:
-    """What the chart's instance does when its process ends (or it stops on losing the primary
-    label): not Ready, its container restarted. The failover fence waits for the restart."""
+    """What the chart's instance does when its process ends: not Ready, its container restarted
+    and not started again yet (its startup probe not passed: fenced, never confirmed before that).
+    The failover fence waits for the restart (or the instance's word, which KWOK cannot give)."""
     got = json.loads(res.cluster.kubectl("get", "pod", pod, "-n", res.ns, "-o", "json").stdout)
     statuses = got["status"].get("containerStatuses") or []
-    restarted = [{"name": c["name"], "restartCount": int(c.get("restartCount") or 0) + 1} for c in statuses]
+    restarted = [
+        {"name": c["name"], "restartCount": int(c.get("restartCount") or 0) + 1, "started": False}
+        for c in statuses
+    ]
     res.cluster.kubectl(
         "patch", "pod", pod, "-n", res.ns, "--subresource=status", "--type=strategic",
         "-p", json.dumps({"status": {"containerStatuses": restarted}}),

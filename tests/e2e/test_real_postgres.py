@@ -198,8 +198,10 @@ def test_backups_restore_with_the_same_rows_retention_deletes_files_and_the_fina
     assert check.strip() == "1", check
 
     # A new cluster restored from that backup has exactly those rows.
+    # Ready means a primary that takes writes: at once, not after its promotion catches up.
     res.apply(real_pg("rs", restore={"fromBackup": backup["name"]}))
     res.wait_condition(PG, "rs", "Ready", timeout=300)
+    assert sql(res, "rs-0", "SELECT pg_is_in_recovery()") == "f", "Ready while still read-only"
     assert sql(res, "rs-0", CHECKSUM) == written
 
     # Count retention (2): two more backups prune the records and delete the files of the first.
@@ -410,16 +412,20 @@ def crashed(samples: list[list[str]], ordinal: str, since: float) -> float:
     )
 
 
-def assert_none_lost(writes: list[list[str]], stored: set[int], writer: str, crash: float) -> None:
+def assert_none_lost(
+    writes: list[list[str]], stored: set[int], writer: str, crash: float, synchronous: bool = False
+) -> None:
     """Every write ``writer`` saw acknowledged after ``crash`` (a primary's PostgreSQL killed) is
     stored: a restarted primary takes no write before it is fenced or confirmed. Before the crash,
     asynchronous replication may lose what the standbys had not received when a standby is
-    promoted in its place: only writes of the last second before it, printed as that bound."""
+    promoted in its place: only writes of the last second before it, printed as that bound;
+    ``synchronous`` replication loses none at all."""
     acknowledged = {int(w[2]): float(w[0]) for w in writes if w[1] == "ok"}
     lost = sorted(i for i in acknowledged if i not in stored)
     after = [i for i in lost if acknowledged[i] >= crash]
     before = [round(acknowledged[i] - crash, 2) for i in lost if i not in after]
-    assert not after and all(t > -within(1.0) for t in before), (
+    bound = 0.0 if synchronous else within(1.0)
+    assert not after and all(t > -bound for t in before), (
         f"{writer}: {len(lost)} of {len(acknowledged)} acknowledged writes lost, {len(after)} of them "
         f"acknowledged after the primary crashed: {after[:20]}; before it (seconds): {before[:20]}"
     )
@@ -427,6 +433,12 @@ def assert_none_lost(writes: list[list[str]], stored: set[int], writer: str, cra
         print(
             f"{writer}: {len(before)} writes acknowledged {before}s before the crash not replicated (async)"
         )
+
+
+def restarts_of(res: Resources, pod: str) -> int:
+    """How often the Pod's postgres container has restarted."""
+    got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
+    return next(int(c["restartCount"]) for c in got["status"]["containerStatuses"] if c["name"] == "postgres")
 
 
 def acks(writes: list[list[str]]) -> int:
@@ -442,13 +454,16 @@ def written_again(writes: list[list[str]], since: float, promoted: float) -> boo
     return any(w[1] == "ok" and float(w[0]) > after for w in writes)
 
 
-def under_writes(res: Resources, name: str, failover_delay: str, *, direct: bool = False) -> None:
+def under_writes(
+    res: Resources, name: str, failover_delay: str, *, direct: bool = False, mode: str = "async"
+) -> None:
     """Three real instances, ``<name>-0`` the primary streaming to both standbys, a table ``w``; the
     observer of every instance, and the writer through the client Service (``direct``: and a second
     one on the primary's Pod IP, as a client of a headless Service or a pooler is: it reaches the
-    primary also while it is not Ready, so it sees what a restarted primary takes) writing."""
+    primary also while it is not Ready, so it sees what a restarted primary takes) writing.
+    ``mode``: the cluster's replication."""
     primary = f"{name}-0"
-    res.apply(real_pg(name, replicas=3, failoverDelay=failover_delay))
+    res.apply(real_pg(name, replicas=3, failoverDelay=failover_delay, replication={"mode": mode}))
     res.wait_condition(PG, name, "Ready", timeout=300)
     eventually(
         lambda: day2(res, name).get("currentPrimary") == primary, timeout=60, what=f"{primary} primary"
@@ -492,27 +507,34 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
         print(f"{how}: {new} promoted, writes unavailable {gap:.2f}s ({when})")
         return str(new)
 
-    def rejoins(old: str, primary: str) -> None:
-        """The old primary comes back as a standby that replicates from the new one."""
+    def rejoins(old: str, primary: str, restarts: int | None = None) -> None:
+        """The old primary comes back as a standby that replicates from the new one; ``restarts``:
+        its container's restarts before the change, which a rejoin in place leaves as they were
+        (never a crash loop with the kubelet's back-off)."""
+        promoted = time.time()
         eventually(lambda: sql(res, old, "SELECT pg_is_in_recovery()", check=False) == "t",
                    timeout=180, what=f"{old} a standby")  # fmt: skip
         wait_replicating(res, primary, 2)
+        took = time.time() - promoted
+        print(f"{old} a streaming standby of {primary} {took:.1f}s after the change was seen")
+        if restarts is not None:
+            assert restarts_of(res, old) == restarts, f"{old}'s container restarted to rejoin"
 
-    # 1. PostgreSQL stops in the primary's container (and again as it restarts, for longer than
-    #    failoverDelay): a standby is promoted after failoverDelay.
+    # 1. The primary's postmaster stops (SIGSTOP: it accepts no connection, its sessions live on):
+    #    not Ready, and after failoverDelay a standby is promoted, once the old primary's own script,
+    #    told of its demotion, has killed its server (it cannot stop it) and every session of it.
+    before = restarts_of(res, "ha-0")
     t1 = time.time()
-    for _ in range(3):
-        res.cluster.kubectl("exec", "-n", res.ns, "ha-0", "-c", "postgres", "--", "bash", "-c",
-                            'gosu postgres pg_ctl stop -D "$PGDATA" -m immediate', check=False)  # fmt: skip
-        time.sleep(2)
-    first = primary_after("ha-0", t1, "postgres stopped in the primary")
+    res.cluster.kubectl("exec", "-n", res.ns, "ha-0", "-c", "postgres", "--", "bash", "-c",
+                        'kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
+    first = primary_after("ha-0", t1, "the primary's postmaster stopped (SIGSTOP)")
     failover = [e for e in res.events(name) if e["reason"] == "Failover"]
     assert (
         failover
         and f"promoted {first}" in failover[-1]["message"]
         and "failoverDelay 5s" in failover[-1]["message"]
     )
-    rejoins("ha-0", first)
+    rejoins("ha-0", first, before)
 
     # 2. The primary's Pod is deleted.
     t2 = time.time()
@@ -524,10 +546,11 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     target = next(p for p in ("ha-0", "ha-1", "ha-2") if p != second)
     ready = ("wait", "-n", res.ns, f"pod/{target}", "--for=condition=Ready", f"--timeout={within(120):.0f}s")
     res.cluster.kubectl(*ready, timeout=within(130))
+    before = restarts_of(res, second)
     t3 = time.time()
     res.cluster.kubectl("annotate", PG, name, "-n", res.ns, f"helm-operator.io/action=switchover={target}")
     assert primary_after(second, t3, "switchover") == target
-    rejoins(second, target)
+    rejoins(second, target, before)
     time.sleep(2)
 
     writes = {writer: _log(res, writer) for writer in ("writer", "direct")}  # before what is stored
@@ -541,65 +564,124 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     assert two_writable(samples) == [], "two writable primaries seen"
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_a_primary_whose_postmaster_is_killed_takes_no_write_until_the_operator_confirms_it(
     real_node: RealNode, operator: OperatorProcess, res: Resources
 ) -> None:
-    """Fencing at start. The primary's postmaster killed from the host (kill -9: its container
-    restarts; its label and the role its memory volume holds still say primary): it comes back
-    read-only, and takes writes again only once the hooks confirm it (Ready again and still the
-    primary on record: the failover delay is long, so no standby is promoted). Writers on its Pod
-    IP and through the Service lose no acknowledged write; never two writable."""
+    """Fencing at start, twice: the primary's postmaster killed (kill -9 in its container: the
+    container's script ends the container, as a server that could take writes stopped unasked),
+    then every process of its container killed from the host (kill -9 of the container's first
+    process). Each time its container restarts, its label and the role its memory volume holds still
+    saying primary: it comes back read-only, and takes writes again only once the hooks confirm it
+    (started again, and still the primary on record: the failover delay is long, so no standby is
+    promoted). Writers on its Pod IP and through the Service lose no acknowledged write; never two
+    writable."""
     name = "fx"
+    primary = f"{name}-0"
     under_writes(res, name, "5m", direct=True)
     recorded = day2(res, name).get("primaryIncarnation")
 
     def postgres() -> dict[str, Any]:
-        pod = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, f"{name}-0", "-o", "json").stdout)
+        pod = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, primary, "-o", "json").stdout)
         return next(c for c in pod["status"]["containerStatuses"] if c["name"] == "postgres")
 
-    before = postgres()
-    killed = time.time()
-    real_node.signal(before["containerID"], "SIGKILL")
-    restarts = eventually(
-        lambda: postgres()["restartCount"] > before["restartCount"] and postgres()["restartCount"],
-        timeout=60,
-        what=f"{name}-0's container restarted",
-    )
-    confirmed = eventually(
-        lambda: [e["message"] for e in res.events(name) if e["reason"] == "PrimaryConfirmed"],
-        timeout=180,
-        what=f"{name}-0 confirmed as the primary",
-    )
-    assert f"{name}-0 started again and is still the primary on record" in confirmed[0], confirmed
-    assert day2(res, name)["primaryIncarnation"] == f"{recorded.rpartition('/')[0]}/{restarts}", recorded
-    eventually(lambda: written_again(_log(res, "direct"), killed, killed), timeout=120,
-               what="writes on the Pod IP again")  # fmt: skip
-    eventually(lambda: written_again(_log(res, "writer"), killed, killed), timeout=120,
+    def kill_postmaster(container_id: str) -> None:
+        res.cluster.kubectl("exec", "-n", res.ns, primary, "-c", "postgres", "--", "bash", "-c",
+                            'kill -9 "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
+
+    def kill_container(container_id: str) -> None:
+        real_node.signal(container_id, "SIGKILL")
+
+    for how, kill in (("the postmaster", kill_postmaster), ("the container's processes", kill_container)):
+        before = postgres()
+        said = len([e for e in res.events(name) if e["reason"] == "PrimaryConfirmed"])
+        killed = time.time()
+        kill(before["containerID"])
+        restarts = eventually(
+            lambda b=before: postgres()["restartCount"] > b["restartCount"] and postgres()["restartCount"],
+            timeout=60,
+            what=f"{primary}'s container restarted",
+        )
+        confirmed = eventually(
+            lambda n=said: [e["message"] for e in res.events(name) if e["reason"] == "PrimaryConfirmed"][n:],
+            timeout=180,
+            what=f"{primary} confirmed as the primary after kill -9 of {how}",
+        )
+        assert f"{primary} started again and is still the primary on record" in confirmed[0], confirmed
+        assert day2(res, name)["primaryIncarnation"] == f"{recorded.rpartition('/')[0]}/{restarts}", recorded
+        eventually(lambda k=killed: written_again(_log(res, "direct"), k, k), timeout=120,
+                   what="writes on the Pod IP again")  # fmt: skip
+        eventually(lambda k=killed: written_again(_log(res, "writer"), k, k), timeout=120,
+                   what="writes through the Service again")  # fmt: skip
+        watched(res, primary, killed)
+        time.sleep(2)
+
+        # It answered read-only (in recovery) after its restart before it answered writable:
+        # fenced. (From the end of the observer's session with it: a query may run between the
+        # time taken before the kill and the kill itself.)
+        samples = _log(res, "observer")
+        after = [(float(t), state) for t, who, state in samples if who == "0" and float(t) > killed]
+        ended = crashed(samples, "0", killed)
+        answers = [(t, state) for t, state in after if t > ended and state in ("t", "f")]
+        assert answers and answers[0][1] == "t", (
+            f"{primary} took writes at once after it started: {after[:8]}"
+        )
+        fenced = next(t for t, state in answers if state == "f") - answers[0][0]
+        assert day2(res, name)["currentPrimary"] == primary
+        assert not [e for e in res.events(name) if e["reason"] == "Failover"]
+        writes = {writer: _log(res, writer) for writer in ("writer", "direct")}  # before what is stored
+        stored = {int(i) for i in sql(res, primary, "SELECT id FROM w").split()}
+        for writer, seen in writes.items():
+            assert_none_lost(seen, stored, writer, ended)
+            gap = unavailable(seen, killed)[2]
+            print(f"kill -9 of {how} of the primary, {writer}: writes unavailable {gap:.2f}s")
+        print(f"{primary} read-only for {fenced:.1f}s after it answered again; observer: {observed(samples)}")
+        assert two_writable(samples) == [], "two writable primaries seen"
+        wait_replicating(res, primary, 2)
+
+
+@pytest.mark.timeout(900)
+def test_with_synchronous_replication_a_failover_loses_no_acknowledged_write(
+    real_node: RealNode, operator: OperatorProcess, res: Resources
+) -> None:
+    """``replication.mode: sync``: a commit returns once a standby has it too (both standbys are
+    quorum candidates), so when the primary's postmaster stops (SIGSTOP) and a standby is promoted
+    after failoverDelay — the one that received the most of the log — no write acknowledged by any
+    client is lost, not even one of its last moments; never two writable."""
+    name = "sy"
+    under_writes(res, name, "5s", direct=True, mode="sync")
+    replication = "SELECT string_agg(sync_state, ',' ORDER BY application_name) FROM pg_stat_replication"
+    assert sql(res, f"{name}-0", replication) == "quorum,quorum", "both standbys quorum candidates"
+    standbys = sql(res, f"{name}-0", "SHOW synchronous_standby_names")
+    assert standbys == f'ANY 1 ("{name}-0", "{name}-1", "{name}-2")', standbys
+
+    stopped = time.time()
+    res.cluster.kubectl("exec", "-n", res.ns, f"{name}-0", "-c", "postgres", "--", "bash", "-c",
+                        'kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
+    new = eventually(lambda: (day2(res, name).get("currentPrimary") or f"{name}-0") != f"{name}-0" and
+                     day2(res, name)["currentPrimary"], timeout=120, interval=0.5,
+                     what="a new primary")  # fmt: skip
+    promoted = time.time()
+    failover = [e["message"] for e in res.events(name) if e["reason"] == "Failover"]
+    assert failover and "received log:" in failover[-1], failover
+    eventually(lambda: written_again(_log(res, "writer"), stopped, promoted), timeout=120,
                what="writes through the Service again")  # fmt: skip
-    watched(res, f"{name}-0", killed)
+    watched(res, str(new), stopped)
+    eventually(lambda: sql(res, f"{name}-0", "SELECT pg_is_in_recovery()", check=False) == "t",
+               timeout=180, what=f"{name}-0 a standby")  # fmt: skip
+    wait_replicating(res, str(new), 2)
     time.sleep(2)
 
-    # It answered read-only (in recovery) after its restart before it answered writable: fenced.
-    # (From the end of the observer's session with it: a query may run between the time taken
-    # before the kill and the kill itself.)
-    samples = _log(res, "observer")
-    after = [(float(t), state) for t, who, state in samples if who == "0" and float(t) > killed]
-    ended = crashed(samples, "0", killed)
-    answers = [(t, state) for t, state in after if t > ended and state in ("t", "f")]
-    assert answers and answers[0][1] == "t", f"{name}-0 took writes at once after its restart: {after[:8]}"
-    fenced = next(t for t, state in answers if state == "f") - answers[0][0]
-    assert day2(res, name)["currentPrimary"] == f"{name}-0"
-    assert not [e for e in res.events(name) if e["reason"] == "Failover"]
     writes = {writer: _log(res, writer) for writer in ("writer", "direct")}  # before what is stored
-    stored = {int(i) for i in sql(res, f"{name}-0", "SELECT id FROM w").split()}
+    stored = {int(i) for i in sql(res, str(new), "SELECT id FROM w").split()}
+    samples = _log(res, "observer")
     for writer, seen in writes.items():
-        assert_none_lost(seen, stored, writer, ended)
-        gap = unavailable(seen, killed)[2]
-        print(f"kill -9 of the primary's postmaster, {writer}: writes unavailable {gap:.2f}s")
-    print(f"{name}-0 read-only for {fenced:.1f}s after it answered again; observer: {observed(samples)}")
+        assert_none_lost(seen, stored, writer, crashed(samples, "0", stopped), synchronous=True)
+        print(f"{writer}: {acks(seen)} writes acknowledged, every one stored")
+    gap = unavailable(writes["writer"], stopped)[2]  # ("direct" writes to the old primary: a standby now)
+    print(f"SIGSTOP of the primary (sync): writes through the Service unavailable {gap:.2f}s")
+    print(f"{failover[-1]}; observer: {observed(samples)}")
     assert two_writable(samples) == [], "two writable primaries seen"
-    wait_replicating(res, f"{name}-0", 2)
 
 
 def exact_version() -> str:

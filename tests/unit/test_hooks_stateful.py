@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import re
 import subprocess
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -89,6 +91,60 @@ def test_a_primary_that_started_again_is_confirmed_only_while_it_is_the_primary_
     down = replace(again, ready=False, since=NOW - dt.timedelta(seconds=31))
     gone = elect([down, replace(member("db-1"), incarnation="u1/0")], "db-0", 30, NOW, confirmed="u0/0")
     assert (gone.promote, gone.failover, gone.confirmed, gone.incarnation) == ("db-1", True, False, "u1/0")
+
+
+def test_a_restarted_primary_answering_fenced_is_confirmed_before_it_is_ready_not_after_the_delay() -> None:
+    """A chart whose Ready needs writes: its restarted primary is not Ready until confirmed, so it
+    is confirmed once it has started (and a look is due when the delay ends, for a failover if it
+    never becomes Ready); once the delay has passed it is replaced instead; not yet started, it waits."""
+    fenced = replace(member("db-0", ready=False, primary=True, since=3), incarnation="u0/1", started=True)
+    e = elect([fenced, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (e.primary, e.promote, e.confirmed, e.incarnation) == ("db-0", "db-0", True, "u0/1")
+    assert e.wait == pytest.approx(27) and e.unready_since == NOW - dt.timedelta(seconds=3)
+    starting = replace(fenced, started=False)
+    waiting = elect([starting, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (waiting.promote, waiting.confirmed, waiting.wait) == (None, False, pytest.approx(27))
+    late = replace(fenced, since=NOW - dt.timedelta(seconds=31))
+    replaced = elect([late, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (replaced.promote, replaced.failover, replaced.confirmed) == ("db-1", True, False)
+    deleting = replace(fenced, deleting=True)
+    assert not elect([deleting, member("db-1")], "db-0", 30, NOW, confirmed="u0/0").confirmed
+
+
+def test_a_primary_whose_pod_is_being_deleted_is_replaced_at_once() -> None:
+    going = replace(member("db-0", ready=False, primary=True, since=0), deleting=True)
+    e = elect([going, member("db-1")], "db-0", 30, NOW)
+    assert (e.primary, e.demote, e.promote, e.failover) == ("db-1", ("db-0",), "db-1", True)
+    assert "being deleted" in e.reason and e.wait is None
+    alone = elect([going, member("db-1", ready=False)], "db-0", 30, NOW)  # no one to take over
+    assert alone.promote is None and "no replica is Ready" in alone.reason
+
+
+def test_restored_data_waiting_for_its_first_word_is_elected_once_it_answers() -> None:
+    """A new cluster whose instance 0 holds restored data answers in recovery, not Ready (Ready
+    means writable to its chart): with no member Ready, the lowest that answers is elected."""
+    waiting = replace(member("db-0", ready=False), started=True)
+    e = elect([waiting], None, 30, NOW)
+    assert (e.primary, e.promote) == ("db-0", "db-0") and "first Ready member" in e.reason
+    assert elect([replace(waiting, started=False)], None, 30, NOW).primary is None
+
+
+def test_a_new_pod_of_the_primary_on_record_gets_the_role_back_once_it_answers() -> None:
+    """All Pods made again (the label is the template's): the primary on record, which holds the
+    newest data, is promoted once it answers, not replaced by a standby after the delay."""
+    again = replace(member("db-0", ready=False, since=3), started=True, incarnation="u9/0")
+    e = elect([again, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (e.primary, e.promote, e.failover, e.demote) == ("db-0", "db-0", False, ())
+    assert "db-0 started again" in e.reason
+
+
+def test_member_started_reads_every_container_running_past_its_startup_probe() -> None:
+    p = pod("db-0", ready=False)
+    assert not Member.of(p, ROLE).started  # no ``started`` reported: not started
+    p["status"]["containerStatuses"][0]["started"] = True
+    assert Member.of(p, ROLE).started
+    p["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+    assert not Member.of(p, ROLE).started
 
 
 def test_switchover_checks_its_target() -> None:
@@ -181,6 +237,36 @@ def test_failover_hook_labels_the_first_primary_then_promotes_after_the_delay() 
     assert labels == [("patch", "Pod", "db-0"), ("patch", "Pod", "db-1")]  # demote first: never two
 
 
+def test_a_failover_promotes_the_standby_that_received_the_most_of_the_log() -> None:
+    """Each Ready standby is asked how far it has received the primary's log (over its local
+    socket): the most advanced is promoted, whatever its ordinal; one that does not answer counts
+    as least. Pure: ties and unknowns fall back to the lowest ordinal."""
+    positions = {"db-1": "1200", "db-2": "5000"}
+
+    def answer(pod_name: str, argv: tuple[str, ...]) -> str:
+        if argv[0] == "psql":
+            assert "pg_last_wal_receive_lsn()" in argv[-1], argv
+            return positions[pod_name] + "\n"
+        return ""
+
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    gone = dt.datetime.now(UTC) - dt.timedelta(seconds=6)
+    objects = [pod("db-0", ready=False, role="primary", since=gone), pod("db-1"), pod("db-2")]
+    resource = {**PG, "status": {"day2": {"currentPrimary": "db-0"}}}
+    h = Harness(hooks, resource, objects=objects)
+    h.kube.on_exec = answer
+    stops_when_demoted(h)
+    promoted = asyncio.run(h.run("watch", name="elect_primary"))
+    assert promoted.ok and roles(h) == {"db-0": "replica", "db-1": "replica", "db-2": "primary"}
+    assert "received log: db-1 1200, db-2 5000" in promoted.events[0][2], promoted.events
+
+    members = [member("db-0", ready=False, primary=True, since=60), member("db-1"), member("db-2")]
+    assert elect(members, "db-0", 30, NOW, positions={"db-1": 7, "db-2": 9}).promote == "db-2"
+    assert elect(members, "db-0", 30, NOW, positions={"db-1": 9, "db-2": 9}).promote == "db-1"
+    assert elect(members, "db-0", 30, NOW, positions={"db-2": 9}).promote == "db-2"
+    assert elect(members, "db-0", 30, NOW, positions={}).promote == "db-1"
+
+
 def test_switchover_action_moves_the_primary_or_says_why_not() -> None:
     hooks = load("hooks/postgresqlcluster.py", ROOT)
     objects = [pod("db-0", role="primary"), pod("db-1"), pod("db-2", ready=False)]
@@ -266,6 +352,54 @@ def test_a_switchover_waits_for_the_old_primary_to_stop_and_never_promotes_besid
     refused = asyncio.run(stuck.run("action", name="switch"))
     assert refused.result.permanent and "db-0 still running" in refused.result.message
     assert roles(stuck) == {"db-0": "primary", "db-1": "replica"}
+
+
+@pytest.mark.parametrize(("says_after", "promoted"), [("stopped", True), ("new", True), ("old", False)])
+def test_a_demoted_primary_that_starts_again_in_place_passes_the_fence_by_its_word(
+    says_after: str, promoted: bool
+) -> None:
+    """A chart that restarts its server in place (its container keeps running, same restarts) says
+    in the serving file which word its server started with: the standby is promoted once the demoted
+    member says ``stopped`` or a word at least as new as its demotion; an older word is still the
+    primary's server, and nothing is promoted."""
+    serving = {"db-0": "1"}  # db-0's server started under word 1
+
+    def answer(pod_name: str, argv: tuple[str, ...]) -> str:
+        if argv[0] == "sh":  # told its role (tell_argv)
+            return ""
+        assert argv == ("cat", "/run/role/serving"), argv
+        return serving[pod_name] + "\n"
+
+    fenced = Hooks()
+
+    @fenced.action("switch")
+    async def switch(ctx: Context) -> None:
+        election = Election("db-1", ("db-0",), "db-1", reason="switchover to db-1", requested=True)
+        tell = failover.RoleFile("/run/role/role", container="postgres", serving="/run/role/serving")
+        await failover.apply(ctx, election, ROLE, fence=1.5, tell=tell)
+
+    h = Harness(fenced, PG, objects=[pod("db-0", role="primary"), pod("db-1")])
+    h.kube.on_exec = answer
+    h.kube.objects[("v1", "Pod", "prod", "db-0")]["metadata"]["labels"][f"{ROLE}-generation"] = "1"
+    patch = h.kube.patch
+
+    async def demoting(api_version: str, kind: str, name: str, namespace: str | None, body: Any) -> Any:
+        out = await patch(api_version, kind, name, namespace, body)
+        labels = body["metadata"]["labels"]
+        if name == "db-0" and labels.get(ROLE) == "replica":
+            number = labels[f"{ROLE}-generation"]
+            serving["db-0"] = {"stopped": "stopped", "new": number, "old": "1"}[says_after]
+        return out
+
+    h.kube.patch = demoting  # type: ignore[method-assign]
+    out = asyncio.run(h.run("action", name="switch"))
+    restarts = h.kube.objects[("v1", "Pod", "prod", "db-0")]["status"]["containerStatuses"][0]
+    assert restarts["restartCount"] == 0  # never restarted: only its word told the fence
+    if promoted:
+        assert out.ok and roles(h) == {"db-0": "replica", "db-1": "primary"}, out.result
+    else:
+        assert out.result.permanent and "db-0 still running" in out.result.message, out.result
+        assert roles(h) == {"db-0": "primary", "db-1": "replica"}
 
 
 def _owner() -> str:
@@ -451,7 +585,7 @@ def test_pod_templates_carry_the_owner_label_except_plain_jobs() -> None:
     assert out["h"]["spec"]["template"]["metadata"]["labels"] == {OWNER_LABEL: "own"}
 
 
-def test_watch_hooks_hear_of_readiness_labels_and_deletion_not_timestamps() -> None:
+def test_watch_hooks_hear_of_readiness_labels_deletion_and_container_runs_not_timestamps() -> None:
     base = pod("db-0")
     same = pod("db-0", since=NOW + dt.timedelta(seconds=9))  # only a timestamp moved
     same["metadata"]["resourceVersion"] = "42"
@@ -461,6 +595,12 @@ def test_watch_hooks_hear_of_readiness_labels_and_deletion_not_timestamps() -> N
     deleting = pod("db-0")
     deleting["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
     assert meaningful(base) != meaningful(deleting)
+    started = pod("db-0")  # its startup probe passed: a fenced primary may now be confirmed
+    started["status"]["containerStatuses"][0]["started"] = True
+    assert meaningful(base) != meaningful(started)
+    restarted = pod("db-0")
+    restarted["status"]["containerStatuses"][0]["restartCount"] = 1
+    assert meaningful(base) != meaningful(restarted)
 
 
 def test_each_member_is_told_its_role_at_once_numbered_after_its_label() -> None:
@@ -526,22 +666,69 @@ ROLE_CASES = [
 ]
 
 
+def role_sh(tmp_path: Path, labels: str, told: str | None) -> str:
+    """The chart's ``role.sh`` (sourced by each instance's script and its probes), reading its two
+    copies of the role from files under ``tmp_path``."""
+    template = (ROOT / "charts/postgresqlcluster/templates/configmap.yaml").read_text()
+    match = re.search(r"^  role\.sh: \|\n((?:^(?:    .*)?\n)+)", template, re.M)
+    assert match is not None, "the chart's ConfigMap holds role.sh"
+    body = textwrap.dedent(match.group(1))
+    assert "word()" in body and "generation()" in body and "ready()" in body
+    body = body.replace("/etc/podinfo/labels", str(tmp_path / "labels"))
+    body = body.replace("/run/role/role", str(tmp_path / "told"))
+    (tmp_path / "labels").write_text(labels)
+    if told is not None:
+        (tmp_path / "told").write_text(told + "\n")
+    return body
+
+
 @pytest.mark.parametrize(("labels", "told", "expected"), ROLE_CASES)
 def test_the_chart_believes_the_higher_numbered_copy_of_the_role(
     labels: str, told: str | None, expected: str, tmp_path: Path
 ) -> None:
     """The chart's ``role`` and ``generation`` shell functions, run by bash over both copies."""
-    template = (ROOT / "charts/postgresqlcluster/templates/statefulset.yaml").read_text()
-    match = re.search(r"^( *)word\(\) \{\n.*?^\1generation\(\) .*?\n", template, re.S | re.M)
-    assert match is not None, "the chart defines word(), role() and generation()"
-    body = match.group(0).replace("/etc/podinfo/labels", str(tmp_path / "labels"))
-    body = body.replace("/run/role/role", str(tmp_path / "told"))
-    (tmp_path / "labels").write_text(labels)
-    if told is not None:
-        (tmp_path / "told").write_text(told + "\n")
-    script = body + 'echo "$(role) $(generation)"'
+    script = role_sh(tmp_path, labels, told) + 'echo "$(role) $(generation)"'
     out = subprocess.run(["bash", "-ec", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected
+
+
+PRIMARY_5 = 'postgresql.example.com/role="primary"\npostgresql.example.com/role-generation="5"\n'
+
+
+REPLICA = 'postgresql.example.com/role="replica"\n'
+REPLICA_2 = 'postgresql.example.com/role="replica"\npostgresql.example.com/role-generation="2"\n'
+
+
+@pytest.mark.parametrize(
+    ("pod_name", "labels", "told", "answer", "ready"),
+    [
+        ("db-0", PRIMARY_5, None, "f|0", True),  # the primary, writable
+        ("db-0", PRIMARY_5, None, "t|0", False),  # labelled primary, still fenced or promoting
+        ("db-0", PRIMARY_5, "replica 6", "f|0", True),  # demoted a moment ago, not yet stopped
+        ("db-1", REPLICA, None, "t|1", True),  # a standby that streams
+        ("db-1", REPLICA, None, "t|0", True),  # a standby whose primary is gone: a candidate
+        ("db-0", REPLICA_2, None, "t|0", True),  # a former primary, not yet following
+        ("db-0", REPLICA, None, "f|0", True),  # a new cluster's first instance, initialised
+        ("db-0", REPLICA, None, "t|0", False),  # restored data waiting for its first word
+        ("db-0", REPLICA, "primary 1", "t|0", False),  # elected, not yet writable
+        ("db-0", PRIMARY_5, None, None, False),  # no answer
+    ],
+)
+def test_an_instance_labelled_primary_is_ready_only_once_it_takes_writes(
+    pod_name: str, labels: str, told: str | None, answer: str | None, ready: bool, tmp_path: Path
+) -> None:
+    """The chart's readiness probe: the read-write Service's endpoint is a writable primary, and a
+    restored cluster is not Ready before its first instance takes writes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    psql = bin_dir / "psql"
+    psql.write_text(f"#!/bin/sh\necho '{answer}'\n" if answer is not None else "#!/bin/sh\nexit 2\n")
+    psql.chmod(0o755)
+    script = role_sh(tmp_path, labels, told) + "ready"
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    env = {**os.environ, "PATH": path, "POSTGRES_USER": "postgres", "POD_NAME": pod_name}
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+    assert (out.returncode == 0) is ready, out
 
 
 def test_a_member_that_does_not_answer_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:

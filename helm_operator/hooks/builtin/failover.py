@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from helm_operator.hooks.builtin.primary import Election, Member, elect, switch
+from helm_operator.hooks.builtin.primary import Election, Member, candidates, elect, switch
 from helm_operator.hooks.context import Context, ExecFailed
 from helm_operator.hooks.errors import PermanentError, TemporaryError
 from helm_operator.hooks.schedule import parse_time, rfc3339
 
 Select = Callable[[Mapping[str, Any]], bool]  # which of the release's Pods are members
+# How far each named member has received the primary's log (a higher number: more); members it
+# could not ask are left out.
+Rank = Callable[[Sequence[str]], Awaitable[Mapping[str, int]]]
 
 TELL_WITHIN = 3.0  # seconds a member has to take its role through exec before its label must do
 CURRENT = "currentPrimary"  # status.day2 keys
@@ -41,10 +44,13 @@ def members(pods: Sequence[Mapping[str, Any]], label: str) -> list[Member]:
 @dataclass(frozen=True)
 class RoleFile:
     """Where a member's container keeps the role it was told (a memory-backed ``emptyDir``):
-    one line, ``<role> <generation>``, replaced atomically."""
+    one line, ``<role> <generation>``, replaced atomically. ``serving``: a file in which a chart
+    that restarts its server in place (not its container) names the generation its running server
+    started with, or ``stopped``: how the fence learns that a demoted member's server has ended."""
 
     path: str
     container: str | None = None
+    serving: str | None = None
 
 
 def generation_label(label: str) -> str:
@@ -96,12 +102,28 @@ async def _tell(ctx: Context, pod: str, tell: RoleFile, role: str, number: int) 
         ctx.log.info("could not tell %s it is %s at once (%s); it reads its label", pod, role, why)
 
 
-async def _relabel(ctx: Context, pod: str, label: str, role: str, tell: RoleFile | None) -> bool:
-    """Label and tell at once; False if the Pod is gone."""
+async def _relabel(ctx: Context, pod: str, label: str, role: str, tell: RoleFile | None) -> int | None:
+    """Label and tell at once; the generation given (0 when not numbered), None if the Pod is gone."""
     number = await _label(ctx, pod, label, role, numbered=tell is not None)
     if number is not None and tell is not None:
         await _tell(ctx, pod, tell, role, number)
-    return number is not None
+    return number
+
+
+async def _restarted_in_place(ctx: Context, pod: str, tell: RoleFile | None, number: int) -> bool:
+    """Whether the member says its server ended, or started again under the word numbered
+    ``number`` or a later one (a standby then: the chart fences every start); False when it
+    cannot say (no such file, no answer)."""
+    if tell is None or tell.serving is None:
+        return False
+    try:
+        said = await asyncio.wait_for(
+            ctx.kube.exec(pod, str(ctx.namespace), ["cat", tell.serving], tell.container), TELL_WITHIN
+        )
+    except (ExecFailed, TimeoutError):
+        return False
+    word = said.strip()
+    return word == "stopped" or (word.isdigit() and int(word) >= number)
 
 
 def _incarnation(pod: Mapping[str, Any] | None) -> tuple[str, int, bool] | None:
@@ -120,11 +142,17 @@ async def incarnations(ctx: Context, pods: Sequence[str]) -> dict[str, tuple[str
 
 
 async def still_running(
-    ctx: Context, at_demotion: Mapping[str, tuple[str, int, bool] | None], within: float
+    ctx: Context,
+    at_demotion: Mapping[str, tuple[str, int, bool] | None],
+    within: float,
+    tell: RoleFile | None = None,
+    demoted: Mapping[str, int] | None = None,
 ) -> list[str]:
     """Wait up to ``within`` seconds for the processes the demoted Pods ran when demoted to end:
     the Pod gone or replaced, its containers restarted, or none running (readiness does not tell:
-    a restarted primary may accept writes before it is Ready). The ones still running."""
+    a restarted primary may accept writes before it is Ready) — or, with ``tell``'s ``serving``
+    file, the member's word that its server stopped or started again after its demotion (numbered
+    ``demoted[name]``). The ones still running."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
@@ -132,7 +160,9 @@ async def still_running(
         for name, then in at_demotion.items():
             now = _incarnation(await ctx.kube.get("v1", "Pod", name, ctx.namespace))
             if then is not None and now is not None and now[:2] == then[:2] and now[2]:
-                running.append(name)
+                number = (demoted or {}).get(name)
+                if number is None or not await _restarted_in_place(ctx, name, tell, number):
+                    running.append(name)
         if not running or loop.time() >= deadline:
             return running
         await asyncio.sleep(0.5)
@@ -150,16 +180,19 @@ async def apply(
     """Demote, then promote, then record; an Event for a failover, a switchover or a grace period.
 
     ``fence`` (seconds): before promoting, wait for the demoted Pods' processes to end — for a
-    chart whose primary stops when its label goes (never two writable primaries, and a standby
-    promoted only after the old primary sent it its last writes). One still running after that
-    gets its label back and the promotion is not made. ``tell``: also tell each member its role
-    at once (see :class:`RoleFile`)."""
+    chart whose primary stops (or starts again in place as a standby) when its label goes (never
+    two writable primaries, and a standby promoted only after the old primary sent it its last
+    writes). One still running after that gets its label back and the promotion is not made.
+    ``tell``: also tell each member its role at once (see :class:`RoleFile`)."""
     fenced = fence is not None and election.promote is not None and bool(election.demote)
     running_then = await incarnations(ctx, election.demote) if fenced else {}
+    demoted: dict[str, int] = {}
     for pod in election.demote:
-        await _relabel(ctx, pod, label, replica, tell)
+        number = await _relabel(ctx, pod, label, replica, tell)
+        if number is not None:
+            demoted[pod] = number
     if fence is not None and fenced:
-        stuck = await still_running(ctx, running_then, fence)
+        stuck = await still_running(ctx, running_then, fence, tell, demoted)
         if stuck:
             for pod in stuck:
                 await _relabel(ctx, pod, label, "primary", tell)
@@ -210,20 +243,27 @@ async def keep_primary(
     *,
     fence: float | None = None,
     tell: RoleFile | None = None,
+    rank: Rank | None = None,
 ) -> None:
     """A watch hook on the release's Pods: keep exactly one Ready primary (label the first Ready
-    member, promote the Ready member with the lowest ordinal once the primary has not been Ready
-    for ``delay`` seconds); while a grace period runs, look again when it is over. ``fence`` and
-    ``tell``: as in :func:`apply`; with ``tell`` (numbered roles), a primary that started again is
-    confirmed with the next number (see :mod:`~helm_operator.hooks.builtin.primary`)."""
-    election = elect(
-        members([p for p in ctx.objects if members_of(p)], label),
-        ctx.day2.get(CURRENT),
-        delay,
-        dt.datetime.now(dt.UTC),
-        parse_time(ctx.day2.get(UNREADY_SINCE)),
-        ctx.day2.get(CONFIRMED) if tell is not None else None,
-    )
+    member, promote a Ready member once the primary has not been Ready for ``delay`` seconds);
+    while a grace period runs, look again when it is over. ``fence`` and ``tell``: as in
+    :func:`apply`; with ``tell`` (numbered roles), a primary that started again is confirmed with
+    the next number (see :mod:`~helm_operator.hooks.builtin.primary`). ``rank``: how far each
+    candidate has received the primary's log, asked only when a failover is due; the most
+    advanced is promoted (else the lowest ordinal)."""
+    found = members([p for p in ctx.objects if members_of(p)], label)
+    current = ctx.day2.get(CURRENT)
+    now = dt.datetime.now(dt.UTC)
+    since = parse_time(ctx.day2.get(UNREADY_SINCE))
+    confirmed = ctx.day2.get(CONFIRMED) if tell is not None else None
+    election = elect(found, current, delay, now, since, confirmed)
+    if election.failover and rank is not None:
+        positions = await rank(candidates(found, current))
+        election = elect(found, current, delay, now, since, confirmed, positions)
+        if positions:
+            at = ", ".join(f"{name} {positions.get(name, 'unknown')}" for name in sorted(positions))
+            election = replace(election, reason=f"{election.reason}; received log: {at}")
     await apply(ctx, election, label, fence=fence, tell=tell)
     if election.wait is not None:
         raise TemporaryError(election.reason, delay=election.wait)

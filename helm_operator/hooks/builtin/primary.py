@@ -1,16 +1,20 @@
 """Which member of a replicated StatefulSet is the primary (pure).
 
 The primary is the Pod carrying a role label the client Service selects. It keeps the role while
-it is Ready; once it has been not Ready (or gone) for the failover delay, the Ready member with the
-lowest ordinal is promoted. The old primary is always demoted *before* the new one is promoted,
-so no observer ever sees two primaries; a demoted member that comes back stays a replica.
+it is Ready; once it has been not Ready (or gone) for the failover delay, or at once when its Pod is
+being deleted, the Ready member that has received the most of its log is promoted (given the
+members' positions; otherwise the one with the lowest ordinal). The old primary is always demoted
+*before* the new one is promoted, so no observer ever sees two primaries; a demoted member that
+comes back stays a replica.
 
 A member that starts again (its container restarted, or a new Pod) holds no authority from before:
 a chart that fences at start runs it read-only until the operator's word is newer than the one it
 started with. Each confirmed primary's *incarnation* (the Pod's uid and its containers' restarts)
 is on record; a primary seen Ready in another incarnation is confirmed again (relabelled with the
-next generation) — only while it still is the primary on record, so a member that was replaced
-meanwhile never takes writes it would lose to the one promoted in its place.
+next generation) once it has started (it answers, fenced; a chart whose Ready needs writes is not
+Ready before that) and before the failover delay has passed — only while it still is the primary on
+record, so a member that was replaced meanwhile never takes writes it would lose to the one
+promoted in its place.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Member:
     primary: bool  # carries the primary role label
     deleting: bool = False
     incarnation: str = ""  # "<uid>/<restarts>": one run of the Pod's containers
+    started: bool = False  # every container runs and has started (its startup probe passed)
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], label: str, primary: str = "primary") -> Member:
@@ -45,6 +50,9 @@ class Member:
         suffix = name.rsplit("-", 1)[-1]
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+        started = bool(statuses) and all(
+            c.get("started") is True and "running" in (c.get("state") or {}) for c in statuses
+        )
         return cls(
             name=name,
             ordinal=int(suffix) if suffix.isdigit() else 1 << 30,
@@ -53,11 +61,18 @@ class Member:
             primary=(meta.get("labels") or {}).get(label) == primary,
             deleting=bool(meta.get("deletionTimestamp")),
             incarnation=f"{meta.get('uid') or ''}/{restarts}",
+            started=started,
         )
 
     @property
     def serving(self) -> bool:
         return self.ready and not self.deleting
+
+    @property
+    def answering(self) -> bool:
+        """Serving, or started and not being deleted: its server answers, even if its chart does
+        not call it Ready (fenced, read-only, waiting for a word)."""
+        return self.serving or (self.started and not self.deleting)
 
 
 @dataclass(frozen=True)
@@ -78,9 +93,37 @@ def _labelled_except(members: Sequence[Member], keep: str | None) -> tuple[str, 
     return tuple(m.name for m in members if m.primary and m.name != keep)
 
 
-def _candidate(members: Sequence[Member], exclude: str | None) -> Member | None:
-    ready = sorted((m for m in members if m.serving and m.name != exclude), key=lambda m: m.ordinal)
+def _candidate(
+    members: Sequence[Member], exclude: str | None, positions: Mapping[str, int] | None = None
+) -> Member | None:
+    """The Ready member to promote: the most advanced by ``positions`` (how far each has received
+    the primary's log; one not known counts as least), then the lowest ordinal."""
+    at = positions or {}
+    ready = [m for m in members if m.serving and m.name != exclude]
+    ready.sort(key=lambda m: (-at.get(m.name, -1), m.ordinal))
     return ready[0] if ready else None
+
+
+def candidates(members: Sequence[Member], current: str | None) -> list[str]:
+    """The members a failover from ``current`` could promote (to rank by their position)."""
+    return [m.name for m in members if m.serving and m.name != current]
+
+
+def _started(members: Sequence[Member]) -> Member | None:
+    """The lowest member that answers although not Ready (a chart whose data, restored, waits in
+    recovery for its first word is Ready only once it takes writes)."""
+    up = sorted((m for m in members if m.answering), key=lambda m: m.ordinal)
+    return up[0] if up else None
+
+
+def _unready_for(
+    me: Member | None, unready_since: dt.datetime | None, now: dt.datetime
+) -> tuple[dt.datetime, float]:
+    """Since when the primary on record has not been Ready (the earlier of the record and its
+    Ready condition's last change), and for how many seconds."""
+    seen = [t for t in (unready_since, me.since if me is not None and not me.ready else None) if t]
+    since = min(seen) if seen else now
+    return since, (now - since).total_seconds()
 
 
 def elect(
@@ -90,29 +133,39 @@ def elect(
     now: dt.datetime,
     unready_since: dt.datetime | None = None,
     confirmed: str | None = None,
+    positions: Mapping[str, int] | None = None,
 ) -> Election:
     """The next step towards exactly one Ready primary. ``current`` is the primary on record
     (``status.day2.currentPrimary``); ``unready_since`` when it was first seen not Ready;
-    ``confirmed`` the incarnation it was last confirmed in (None: none on record yet)."""
+    ``confirmed`` the incarnation it was last confirmed in (None: none on record yet);
+    ``positions`` how far each standby has received the primary's log (a failover promotes the
+    most advanced; without them, the lowest ordinal)."""
     labelled = [m for m in members if m.primary]
     if current is None and len(labelled) == 1:
         current = labelled[0].name
     me = next((m for m in members if m.name == current), None)
-    if me is not None and me.serving:
+    unready = _unready_for(me, unready_since, now)
+    again = me is not None and me.primary and confirmed is not None and me.incarnation != confirmed
+    if again and me is not None and me.answering and unready[1] < delay:
+        return Election(
+            me.name,
+            _labelled_except(members, me.name),
+            me.name,
+            confirmed=True,
+            incarnation=me.incarnation,
+            unready_since=None if me.serving else unready[0],
+            wait=None if me.serving else max(delay - unready[1], 1.0),  # Ready, or a failover then
+            reason=f"{me.name} started again and is still the primary on record",
+        )
+    # The primary on record keeps (or, in a new Pod without the label, gets back) the role while
+    # Ready; a new Pod of it that answers, fenced, gets it back too (its volume holds the newest data).
+    if me is not None and (me.serving or (me.answering and not me.primary)):
         demote = _labelled_except(members, me.name)
-        if me.primary and confirmed is not None and me.incarnation != confirmed:
-            return Election(
-                me.name,
-                demote,
-                me.name,
-                confirmed=True,
-                incarnation=me.incarnation,
-                reason=f"{me.name} started again and is still the primary on record",
-            )
         promote = None if me.primary else me.name
-        return Election(me.name, demote, promote, incarnation=me.incarnation, reason=f"{me.name} is Ready")
+        why = f"{me.name} is Ready" if me.serving else f"{me.name} started again"
+        return Election(me.name, demote, promote, incarnation=me.incarnation, reason=why)
     if current is None:  # a new cluster: the first member that is Ready (instance 0 initialises the data)
-        first = _candidate(members, None)
+        first = _candidate(members, None) or _started(members)  # or restored data waiting for a word
         if first is None:
             return Election(None, reason="no member is Ready yet")
         demote = _labelled_except(members, first.name)
@@ -123,18 +176,17 @@ def elect(
             incarnation=first.incarnation,
             reason=f"{first.name} is the first Ready member",
         )
-    seen = [t for t in (unready_since, me.since if me is not None and not me.ready else None) if t]
-    since = min(seen) if seen else now
-    elapsed = (now - since).total_seconds()
+    since, elapsed = unready
     state = "gone" if me is None else "being deleted" if me.deleting else "not Ready"
-    if elapsed < delay:
+    deleting = me is not None and me.deleting  # it is not coming back as it was: no grace period
+    if elapsed < delay and not deleting:
         return Election(
             current,
             wait=delay - elapsed,
             unready_since=since,
             reason=f"primary {current} {state} for {elapsed:.0f}s; failover after {delay:g}s",
         )
-    successor = _candidate(members, current)
+    successor = _candidate(members, current, positions)
     if successor is None:
         return Election(
             current,
@@ -142,13 +194,14 @@ def elect(
             unready_since=since,
             reason=f"primary {current} {state} for {elapsed:.0f}s and no replica is Ready to take over",
         )
+    why = "its Pod is being deleted" if deleting else f"failoverDelay {delay:g}s"
     return Election(
         successor.name,
         _labelled_except(members, successor.name),
         successor.name,
         failover=True,
         incarnation=successor.incarnation,
-        reason=f"primary {current} {state} for {elapsed:.0f}s (failoverDelay {delay:g}s)",
+        reason=f"primary {current} {state} for {elapsed:.0f}s ({why})",
     )
 
 

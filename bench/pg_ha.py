@@ -1,0 +1,242 @@
+"""Benchmark: PostgreSQL high availability on the real node — what each kind of primary failure
+costs the clients, trial by trial.
+
+A 3-instance PostgreSQLCluster (PostgreSQL 15, ``failoverDelay: 5s``) on the real node, with:
+- a writer through the read-write Service and a writer on the current primary's Pod IP (as a
+  client of a headless Service or a pooler is), two loops each, a new connection every 0.1 s;
+- an observer asking every instance, on its Pod, whether it is in recovery, twice a second.
+
+Each trial makes one event happen to the primary, then waits until writes go through the Service
+again and every standby streams from the primary:
+- ``kill``: kill -9 of the primary's postmaster (its container restarts: fenced, then confirmed);
+- ``sigstop``: SIGSTOP of the primary's postmaster (it accepts no connection, its sessions live on);
+- ``delete``: the primary's Pod deleted;
+- ``switchover``: ``helm-operator.io/action: switchover=<standby>``.
+
+Per trial: write-unavailability through the Service, acknowledged writes lost through the Service
+and on the Pod IP (acknowledged, not in the table on the primary afterwards), samples in which two
+instances answered writable at once, the time until full redundancy (every standby streaming
+again), and the old primary's container restarts (a rejoin by crash loop restarts it).
+
+    python -m bench.pg_ha [--trials 5] [--kinds kill,sigstop,delete,switchover] [--label after]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.session import bench_session
+from tests.e2e.operator import REPO, Resources, eventually
+from tests.e2e.test_day2 import PG, day2
+from tests.e2e.test_real_postgres import (
+    FAST_WRITER,
+    OBSERVER,
+    _client_pod,
+    _log,
+    pod_ip,
+    real_pg,
+    restarts_of,
+    sql,
+    two_writable,
+    unavailable,
+    written_again,
+)
+
+NAME = "ha"
+MEMBERS = tuple(f"{NAME}-{i}" for i in range(3))
+KINDS = ("kill", "sigstop", "delete", "switchover")
+WAIT = 240.0  # seconds a trial may take before it is recorded as not recovered
+
+
+@dataclass
+class Trial:
+    kind: str
+    old: str
+    new: str | None  # the primary afterwards (None: none within WAIT)
+    unavailable: float | None  # seconds, through the Service
+    lost_service: int
+    lost_direct: int
+    acknowledged: int
+    dual_writable: int
+    redundant: float | None  # seconds from the event until every standby streams again
+    restarts: int  # the old primary's container restarts during the trial
+
+
+def _streaming(res: Resources, primary: str) -> int:
+    out = sql(res, primary, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'", check=False)
+    return int(out) if out.isdigit() else -1
+
+
+def _cause(res: Resources, kind: str, old: str) -> None:
+    if kind == "kill":
+        res.cluster.kubectl("exec", "-n", res.ns, old, "-c", "postgres", "--", "bash", "-c",
+                            'kill -9 "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
+    elif kind == "sigstop":
+        res.cluster.kubectl("exec", "-n", res.ns, old, "-c", "postgres", "--", "bash", "-c",
+                            'kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
+    elif kind == "delete":
+        res.cluster.kubectl("delete", "pod", "-n", res.ns, old, "--wait=false")
+    else:
+        target = next(p for p in MEMBERS if p != old)
+        res.cluster.kubectl("annotate", PG, NAME, "-n", res.ns, "--overwrite",
+                            f"helm-operator.io/action=switchover={target}")  # fmt: skip
+
+
+def _recover(res: Resources, old: str) -> None:
+    """After a trial that did not recover: let a stopped postmaster go on, so the next trial
+    starts from a working cluster (SIGCONT to every process of the container)."""
+    res.cluster.kubectl("exec", "-n", res.ns, old, "-c", "postgres", "--", "bash", "-c",
+                        "kill -CONT -1", check=False)  # fmt: skip
+
+
+def _direct(res: Resources, primary: str, trial: int) -> str:
+    """A writer on the primary's Pod IP, new for each trial (a deleted Pod comes back with another)."""
+    pod = f"direct-{trial}"
+    _client_pod(res, pod, FAST_WRITER, {"SERVICE": pod_ip(res, primary)})
+    eventually(lambda: sum(1 for w in _log(res, pod) if w[1] == "ok") >= 5, timeout=60, what=f"{pod} writing")
+    return pod
+
+
+def _lost(writes: list[list[str]], stored: set[int], since: float, until: float) -> tuple[int, int]:
+    """Acknowledged writes of the trial (between ``since`` and ``until``) not stored, and their count."""
+    acked = [int(w[2]) for w in writes if w[1] == "ok" and since <= float(w[0]) <= until]
+    return sum(1 for i in acked if i not in stored), len(acked)
+
+
+def trial(res: Resources, kind: str, number: int) -> Trial:
+    old = str(day2(res, NAME)["currentPrimary"])
+    for p in MEMBERS:
+        res.cluster.kubectl("wait", "-n", res.ns, f"pod/{p}", "--for=condition=Ready", "--timeout=300s",
+                            timeout=310)  # fmt: skip
+    eventually(lambda: _streaming(res, old) == 2, timeout=300, what="both standbys streaming")
+    direct = _direct(res, old, number)
+    restarts = restarts_of(res, old)
+    said = len([e for e in res.events(NAME) if e["reason"] == "PrimaryConfirmed"])
+    began = time.time()
+    _cause(res, kind, old)
+
+    def settled() -> str | None:
+        now = day2(res, NAME).get("currentPrimary")
+        confirmed = len([e for e in res.events(NAME) if e["reason"] == "PrimaryConfirmed"]) > said
+        moved = now is not None and now != old
+        return str(now) if moved or (kind == "kill" and confirmed) else None
+
+    new: str | None = None
+    redundant: float | None = None
+    try:
+        new = eventually(settled, timeout=WAIT, interval=0.5, what=f"{kind} {number}: a primary")
+        seen = time.time()
+        eventually(lambda: written_again(_log(res, "writer"), began, seen), timeout=WAIT,
+                   what=f"{kind} {number}: writes through the Service")  # fmt: skip
+        eventually(lambda: _streaming(res, str(new)) == 2, timeout=WAIT, interval=0.2,
+                   what=f"{kind} {number}: both standbys streaming")  # fmt: skip
+        redundant = time.time() - began
+    except AssertionError as exc:
+        print(f"  {kind} {number}: not recovered: {exc}", flush=True)
+        _recover(res, old)
+    time.sleep(2)
+    ended = time.time()
+    primary = new or old
+    stored = {int(i) for i in sql(res, primary, "SELECT id FROM w", check=False).split() if i.isdigit()}
+    lost_service, acked_service = _lost(_log(res, "writer"), stored, began - 5, ended)
+    lost_direct, acked_direct = _lost(_log(res, direct), stored, began - 5, ended)
+    samples = [s for s in _log(res, "observer") if began - 5 <= float(s[0]) <= ended]
+    gap = unavailable(_log(res, "writer"), began)[2] if new is not None else None
+    res.delete("pod", direct, wait=False)
+    out = Trial(
+        kind,
+        old,
+        new,
+        gap,
+        lost_service,
+        lost_direct,
+        acked_service + acked_direct,
+        len(two_writable(samples)),
+        redundant,
+        restarts_of(res, old) - restarts if kind != "delete" else 0,
+    )
+    print(f"  {json.dumps(out.__dict__)}", flush=True)
+    return out
+
+
+def run(res: Resources, args: argparse.Namespace) -> list[Trial]:
+    res.apply(real_pg(NAME, replicas=3, failoverDelay="5s"))
+    res.wait_condition(PG, NAME, "Ready", timeout=600)
+    eventually(lambda: day2(res, NAME).get("currentPrimary") == MEMBERS[0], timeout=120)
+    sql(res, MEMBERS[0], "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
+    headless = f"{NAME}-headless.{res.ns}.svc.cluster.local"
+    _client_pod(res, "observer", OBSERVER, {"NAME": NAME, "HEADLESS": headless})
+    _client_pod(res, "writer", FAST_WRITER, {"SERVICE": f"{NAME}.{res.ns}.svc.cluster.local"})
+    trials = []
+    number = 0
+    for kind in args.kinds.split(","):
+        for _ in range(args.trials):
+            number += 1
+            trials.append(trial(res, kind, number))
+    return trials
+
+
+def _num(xs: list[float | None]) -> str:
+    got = [x for x in xs if x is not None]
+    if not got:
+        return "—"
+    missing = f" ({len(xs) - len(got)} not recovered)" if len(got) < len(xs) else ""
+    return f"{statistics.median(got):.1f} / {max(got):.1f}{missing}"
+
+
+def report(args: argparse.Namespace, trials: list[Trial]) -> str:
+    lines = [
+        f"## {args.label}",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores), "
+        f"`python -m bench.pg_ha --trials {args.trials} --kinds {args.kinds} --label {args.label}`; "
+        "replication asynchronous, failoverDelay 5 s. Seconds as median / max of the trials.",
+        "",
+        "| event | trials | writes unavailable through the Service (s) | acknowledged writes lost: "
+        "Service / Pod IP (of acknowledged) | dual-writable samples | full redundancy after (s) | "
+        "old primary's container restarts |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind in KINDS:
+        of = [t for t in trials if t.kind == kind]
+        if not of:
+            continue
+        lines.append(
+            f"| {kind} | {len(of)} | {_num([t.unavailable for t in of])} | "
+            f"{sum(t.lost_service for t in of)} / {sum(t.lost_direct for t in of)} "
+            f"(of {sum(t.acknowledged for t in of)}) | {sum(t.dual_writable for t in of)} | "
+            f"{_num([t.redundant for t in of])} | {sum(t.restarts for t in of)} |"
+        )
+    lines += ["", "Per trial:", ""]
+    lines += [f"- {json.dumps(t.__dict__)}" for t in trials]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--label", default="after", help="the section's title in the report")
+    parser.add_argument("--report", type=Path, default=REPO / "bench/results/pg-ha.md")
+    args = parser.parse_args()
+    unknown = set(args.kinds.split(",")) - set(KINDS)
+    if unknown:
+        parser.error(f"--kinds: unknown {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
+    with bench_session("pg-ha", real_node=True) as res:
+        trials = run(res, args)
+    text = report(args, trials)
+    print(text)
+    with args.report.open("a") as f:
+        f.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
