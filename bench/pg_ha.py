@@ -18,7 +18,8 @@ and on the Pod IP (acknowledged, not in the table on the primary afterwards), sa
 instances answered writable at once, the time until full redundancy (every standby streaming
 again), and the old primary's container restarts (a rejoin by crash loop restarts it).
 
-    python -m bench.pg_ha [--trials 5] [--kinds kill,sigstop,delete,switchover] [--label after]
+    python -m bench.pg_ha [--trials 5] [--kinds kill,sigstop,delete,switchover] [--mode async|sync]
+                          [--wait 240] [--label after]
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from tests.e2e.test_real_postgres import (
     _log,
     pod_ip,
     real_pg,
-    restarts_of,
     sql,
     two_writable,
     unavailable,
@@ -52,7 +52,7 @@ from tests.e2e.test_real_postgres import (
 NAME = "ha"
 MEMBERS = tuple(f"{NAME}-{i}" for i in range(3))
 KINDS = ("kill", "sigstop", "delete", "switchover")
-WAIT = 240.0  # seconds a trial may take before it is recorded as not recovered
+WAIT = 240.0  # seconds a trial may take before it is recorded as not recovered (--wait)
 
 
 @dataclass
@@ -67,6 +67,11 @@ class Trial:
     dual_writable: int
     redundant: float | None  # seconds from the event until every standby streams again
     restarts: int  # the old primary's container restarts during the trial
+
+
+def _restarts(res: Resources, pod: str) -> int:
+    got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
+    return sum(int(c.get("restartCount") or 0) for c in got["status"].get("containerStatuses") or ())
 
 
 def _streaming(res: Resources, primary: str) -> int:
@@ -104,38 +109,45 @@ def _direct(res: Resources, primary: str, trial: int) -> str:
     return pod
 
 
+def _resumed(writes: list[list[str]], since: float) -> bool:
+    """Writes failed after ``since`` and one was acknowledged after the last of those failures."""
+    failed = [float(w[0]) for w in writes if w[1] == "fail" and float(w[0]) >= since]
+    return bool(failed) and any(w[1] == "ok" and float(w[0]) > max(failed) for w in writes)
+
+
 def _lost(writes: list[list[str]], stored: set[int], since: float, until: float) -> tuple[int, int]:
     """Acknowledged writes of the trial (between ``since`` and ``until``) not stored, and their count."""
     acked = [int(w[2]) for w in writes if w[1] == "ok" and since <= float(w[0]) <= until]
     return sum(1 for i in acked if i not in stored), len(acked)
 
 
-def trial(res: Resources, kind: str, number: int) -> Trial:
+def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
     old = str(day2(res, NAME)["currentPrimary"])
     for p in MEMBERS:
         res.cluster.kubectl("wait", "-n", res.ns, f"pod/{p}", "--for=condition=Ready", "--timeout=300s",
                             timeout=310)  # fmt: skip
     eventually(lambda: _streaming(res, old) == 2, timeout=300, what="both standbys streaming")
     direct = _direct(res, old, number)
-    restarts = restarts_of(res, old)
-    said = len([e for e in res.events(NAME) if e["reason"] == "PrimaryConfirmed"])
+    restarts = _restarts(res, old)
     began = time.time()
     _cause(res, kind, old)
 
     def settled() -> str | None:
+        """The primary once the event is over: another one on record, or after a kill the same
+        one taking writes through the Service again (confirmed, or never fenced)."""
         now = day2(res, NAME).get("currentPrimary")
-        confirmed = len([e for e in res.events(NAME) if e["reason"] == "PrimaryConfirmed"]) > said
-        moved = now is not None and now != old
-        return str(now) if moved or (kind == "kill" and confirmed) else None
+        if now is not None and now != old:
+            return str(now)
+        return old if kind == "kill" and _resumed(_log(res, "writer"), began) else None
 
     new: str | None = None
     redundant: float | None = None
     try:
-        new = eventually(settled, timeout=WAIT, interval=0.5, what=f"{kind} {number}: a primary")
+        new = eventually(settled, timeout=wait, interval=0.5, what=f"{kind} {number}: a primary")
         seen = time.time()
-        eventually(lambda: written_again(_log(res, "writer"), began, seen), timeout=WAIT,
+        eventually(lambda: written_again(_log(res, "writer"), began, seen), timeout=wait,
                    what=f"{kind} {number}: writes through the Service")  # fmt: skip
-        eventually(lambda: _streaming(res, str(new)) == 2, timeout=WAIT, interval=0.2,
+        eventually(lambda: _streaming(res, str(new)) == 2, timeout=wait, interval=0.2,
                    what=f"{kind} {number}: both standbys streaming")  # fmt: skip
         redundant = time.time() - began
     except AssertionError as exc:
@@ -160,14 +172,15 @@ def trial(res: Resources, kind: str, number: int) -> Trial:
         acked_service + acked_direct,
         len(two_writable(samples)),
         redundant,
-        restarts_of(res, old) - restarts if kind != "delete" else 0,
+        _restarts(res, old) - restarts if kind != "delete" else 0,
     )
     print(f"  {json.dumps(out.__dict__)}", flush=True)
     return out
 
 
 def run(res: Resources, args: argparse.Namespace) -> list[Trial]:
-    res.apply(real_pg(NAME, replicas=3, failoverDelay="5s"))
+    spec = {"replication": {"mode": args.mode}} if args.mode != "async" else {}  # (older charts: none)
+    res.apply(real_pg(NAME, replicas=3, failoverDelay="5s", **spec))
     res.wait_condition(PG, NAME, "Ready", timeout=600)
     eventually(lambda: day2(res, NAME).get("currentPrimary") == MEMBERS[0], timeout=120)
     sql(res, MEMBERS[0], "CREATE TABLE w (id bigserial PRIMARY KEY, at timestamptz NOT NULL)")
@@ -179,7 +192,7 @@ def run(res: Resources, args: argparse.Namespace) -> list[Trial]:
     for kind in args.kinds.split(","):
         for _ in range(args.trials):
             number += 1
-            trials.append(trial(res, kind, number))
+            trials.append(trial(res, kind, number, args.wait))
     return trials
 
 
@@ -196,8 +209,10 @@ def report(args: argparse.Namespace, trials: list[Trial]) -> str:
         f"## {args.label}",
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores), "
-        f"`python -m bench.pg_ha --trials {args.trials} --kinds {args.kinds} --label {args.label}`; "
-        "replication asynchronous, failoverDelay 5 s. Seconds as median / max of the trials.",
+        f"`python -m bench.pg_ha --trials {args.trials} --kinds {args.kinds} --mode {args.mode} "
+        f"--wait {args.wait:g} --label '{args.label}'`; replication {args.mode}, failoverDelay 5 s. "
+        "Seconds as median / max of the trials; a trial not recovered within --wait seconds is "
+        "counted apart.",
         "",
         "| event | trials | writes unavailable through the Service (s) | acknowledged writes lost: "
         "Service / Pod IP (of acknowledged) | dual-writable samples | full redundancy after (s) | "
@@ -223,6 +238,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--mode", choices=("async", "sync"), default="async", help="spec.replication.mode")
+    parser.add_argument("--wait", type=float, default=WAIT, help="seconds a trial may take to recover")
     parser.add_argument("--label", default="after", help="the section's title in the report")
     parser.add_argument("--report", type=Path, default=REPO / "bench/results/pg-ha.md")
     args = parser.parse_args()
