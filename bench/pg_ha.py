@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -79,10 +80,27 @@ def _streaming(res: Resources, primary: str) -> int:
     return int(out) if out.isdigit() else -1
 
 
+def _kill_postmaster(res: Resources, pod: str) -> None:
+    """kill -9 of the primary's postmaster: from inside its container, or from the host when it is
+    the container's first process (a chart that execs PostgreSQL: that process ignores a signal
+    sent from inside its own PID namespace)."""
+    pid = res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "bash", "-c",
+                              'head -1 "$PGDATA/postmaster.pid"').stdout.strip()  # fmt: skip
+    if pid != "1":
+        res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "kill", "-9", pid)
+        return
+    got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
+    container = next(c for c in got["status"]["containerStatuses"] if c["name"] == "postgres")["containerID"]
+    node = res.cluster.real_node
+    assert node is not None, "kill -9 from the host needs the real node this benchmark started"
+    task = container.rpartition("://")[2]
+    ctr = ["ctr", "--address", str(node.paths.socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL"]
+    subprocess.run([*ctr, task], check=True, capture_output=True, timeout=30)
+
+
 def _cause(res: Resources, kind: str, old: str) -> None:
     if kind == "kill":
-        res.cluster.kubectl("exec", "-n", res.ns, old, "-c", "postgres", "--", "bash", "-c",
-                            'kill -9 "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
+        _kill_postmaster(res, old)
     elif kind == "sigstop":
         res.cluster.kubectl("exec", "-n", res.ns, old, "-c", "postgres", "--", "bash", "-c",
                             'kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
