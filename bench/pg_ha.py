@@ -80,30 +80,27 @@ def _streaming(res: Resources, primary: str) -> int:
     return int(out) if out.isdigit() else -1
 
 
-def _kill_postmaster(res: Resources, pod: str) -> None:
-    """kill -9 of the primary's postmaster: from inside its container, or from the host when it is
-    the container's first process (a chart that execs PostgreSQL: that process ignores a signal
+def _signal_postmaster(res: Resources, pod: str, signal: str) -> None:
+    """A signal to the primary's postmaster: from inside its container, or from the host when it
+    is the container's first process (a chart that execs PostgreSQL: that process ignores a signal
     sent from inside its own PID namespace)."""
     pid = res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "bash", "-c",
                               'head -1 "$PGDATA/postmaster.pid"').stdout.strip()  # fmt: skip
     if pid != "1":
-        res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "kill", "-9", pid)
+        res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "kill", f"-{signal}", pid)
         return
     got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
     container = next(c for c in got["status"]["containerStatuses"] if c["name"] == "postgres")["containerID"]
     node = res.cluster.real_node
-    assert node is not None, "kill -9 from the host needs the real node this benchmark started"
+    assert node is not None, "a signal from the host needs the real node this benchmark started"
     task = container.rpartition("://")[2]
-    ctr = ["ctr", "--address", str(node.paths.socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL"]
+    ctr = ["ctr", "--address", str(node.paths.socket), "-n", "k8s.io", "tasks", "kill", "--signal", signal]
     subprocess.run([*ctr, task], check=True, capture_output=True, timeout=30)
 
 
 def _cause(res: Resources, kind: str, old: str) -> None:
-    if kind == "kill":
-        _kill_postmaster(res, old)
-    elif kind == "sigstop":
-        res.cluster.kubectl("exec", "-n", res.ns, old, "-c", "postgres", "--", "bash", "-c",
-                            'kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"')  # fmt: skip
+    if kind in ("kill", "sigstop"):
+        _signal_postmaster(res, old, "KILL" if kind == "kill" else "STOP")
     elif kind == "delete":
         res.cluster.kubectl("delete", "pod", "-n", res.ns, old, "--wait=false")
     else:
@@ -114,9 +111,11 @@ def _cause(res: Resources, kind: str, old: str) -> None:
 
 def _recover(res: Resources, old: str) -> None:
     """After a trial that did not recover: let a stopped postmaster go on, so the next trial
-    starts from a working cluster (SIGCONT to every process of the container)."""
-    res.cluster.kubectl("exec", "-n", res.ns, old, "-c", "postgres", "--", "bash", "-c",
-                        "kill -CONT -1", check=False)  # fmt: skip
+    starts from a working cluster."""
+    try:
+        _signal_postmaster(res, old, "CONT")
+    except Exception as exc:  # no postmaster to go on (it was replaced meanwhile)
+        print(f"  SIGCONT to {old}'s postmaster: {exc}", flush=True)
 
 
 def _direct(res: Resources, primary: str, trial: int) -> str:
@@ -217,7 +216,7 @@ def run(res: Resources, args: argparse.Namespace) -> list[Trial]:
 def _num(xs: list[float | None]) -> str:
     got = [x for x in xs if x is not None]
     if not got:
-        return "—"
+        return f"— ({len(xs)} not recovered)"
     missing = f" ({len(xs) - len(got)} not recovered)" if len(got) < len(xs) else ""
     return f"{statistics.median(got):.1f} / {max(got):.1f}{missing}"
 
