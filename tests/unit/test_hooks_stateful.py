@@ -109,6 +109,12 @@ def test_a_restarted_primary_answering_fenced_is_confirmed_before_it_is_ready_no
     assert (replaced.promote, replaced.failover, replaced.confirmed) == ("db-1", True, False)
     deleting = replace(fenced, deleting=True)
     assert not elect([deleting, member("db-1")], "db-0", 30, NOW, confirmed="u0/0").confirmed
+    # Back only after the delay (the kubelet's back-off) with no standby to take over: one instance,
+    # or none Ready. Still the primary on record: confirmed, or nothing would ever take writes.
+    alone = elect([late], "db-0", 30, NOW, confirmed="u0/0")
+    assert (alone.promote, alone.confirmed, alone.failover) == ("db-0", True, False)
+    down = elect([late, member("db-1", ready=False)], "db-0", 30, NOW, confirmed="u0/0")
+    assert (down.promote, down.confirmed) == ("db-0", True)
 
 
 def test_a_primary_whose_pod_is_being_deleted_is_replaced_at_once() -> None:

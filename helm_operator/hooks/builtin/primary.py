@@ -12,9 +12,9 @@ a chart that fences at start runs it read-only until the operator's word is newe
 started with. Each confirmed primary's *incarnation* (the Pod's uid and its containers' restarts)
 is on record; a primary seen Ready in another incarnation is confirmed again (relabelled with the
 next generation) once it has started (it answers, fenced; a chart whose Ready needs writes is not
-Ready before that) and before the failover delay has passed — only while it still is the primary on
-record, so a member that was replaced meanwhile never takes writes it would lose to the one
-promoted in its place.
+Ready before that) and before the failover delay has passed, or later while no other member could
+take over — only while it still is the primary on record, so a member that was replaced meanwhile
+never takes writes it would lose to the one promoted in its place.
 """
 
 from __future__ import annotations
@@ -146,7 +146,10 @@ def elect(
     me = next((m for m in members if m.name == current), None)
     unready = _unready_for(me, unready_since, now)
     again = me is not None and me.primary and confirmed is not None and me.incarnation != confirmed
-    if again and me is not None and me.answering and unready[1] < delay:
+    # Within the delay; after it too when no standby could take over (one instance, or none Ready):
+    # it is still the primary on record, with the newest data, and otherwise nothing would serve.
+    in_time = unready[1] < delay or _candidate(members, current) is None
+    if again and me is not None and me.answering and in_time:
         return Election(
             me.name,
             _labelled_except(members, me.name),
