@@ -66,6 +66,14 @@ def within(seconds: float) -> float:
     return seconds * FACTOR
 
 
+def lease_timings() -> tuple[int, int, int]:
+    """Seconds of (lease duration, renew deadline, retry period) for the tests that run leader
+    election or shards: Kubernetes' defaults (15, 10, 2), the durations scaled to the load. A leader
+    past its renew deadline exits, as it must; on two shared cores a renewal can stall for five
+    seconds (three control planes' etcds share one disk), which must not end a healthy leader."""
+    return round(within(15)), round(within(10)), 2
+
+
 if __name__ == "__main__":  # python -m tests.e2e.pace: measure the reference on a quiet machine
     seconds = min(probe() for _ in range(3))
     REFERENCE.write_text(json.dumps({"probe_seconds": round(seconds, 4)}) + "\n")

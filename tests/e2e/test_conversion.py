@@ -23,6 +23,7 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import Helm, releases
 from .operator import REPO, OperatorProcess, Resources, eventually, free_port, metrics, probe
+from .pace import lease_timings
 
 GROUP = "conv.test.helm-operator.io"
 CRD = f"greetings.{GROUP}"
@@ -319,15 +320,17 @@ def test_a_standby_serves_conversions_and_the_next_leader_keeps_serving_them(
     watches.write_text(yaml.safe_dump([entry]))
     secret = f"conversion-ha-{ns[-4:]}"
     replicas: list[tuple[OperatorProcess, int, int]] = []
+    lease, renew, retry = lease_timings()
     try:
         for i in range(2):
             port, probes = free_port(), free_port()
             args = ["--retry-base", "1", "--retry-cap", "4", "--leader-elect"]
             args += ["--leader-election-namespace", ns, "--leader-election-id", "conversion-ha"]
-            args += ["--leader-election-lease-duration", "6", "--leader-election-renew-deadline", "4"]
+            args += ["--leader-election-lease-duration", str(lease)]
+            args += ["--leader-election-renew-deadline", str(renew)]
             args += [
                 "--leader-election-retry-period",
-                "1",
+                str(retry),
                 "--health-probe-bind-address",
                 f"127.0.0.1:{probes}",
             ]

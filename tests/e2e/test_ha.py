@@ -23,12 +23,12 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH, Helm, releases, tiny
 from .operator import OperatorProcess, Resources, eventually, free_port, probe
-from .pace import within
+from .pace import lease_timings, within
 
 TINIES = "tinies.test.helm-operator.io"
-# Seconds: short, so the test waits little, and scaled to the machine's load (a leader starved of
-# CPU past its renew deadline exits, as it must). The retry period is how often a standby tries.
-LEASE, RENEW, RETRY = round(within(6)), round(within(4)), 1
+# Seconds, scaled to the machine's load (tests/e2e/pace.py). The retry period is how often a
+# standby tries.
+LEASE, RENEW, RETRY = lease_timings()
 
 
 def replica(

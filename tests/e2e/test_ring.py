@@ -25,18 +25,19 @@ from helm_operator.dev.tools import Toolchain
 
 from .conftest import TINY_WATCH
 from .operator import OperatorProcess, eventually, free_port, metrics, summed
-from .pace import within
+from .pace import lease_timings
 
 TINY = "tinies.test.helm-operator.io"
 # A ring of its own per run: the sharder knows a shard by its Lease's name alone, in any namespace,
 # so the dead shards of an earlier run (same names, another namespace) must not be in this ring.
 RING = f"tinies-{os.urandom(3).hex()}"
 COUNT = 30
-# Each shard's Lease: short, so a dead shard's resources move soon, and scaled to the machine's
-# load (a shard starved of CPU past its renew deadline exits, as it must, and its share moves).
-LEASE_SECONDS, RENEW_SECONDS = round(within(6)), round(within(4))
+# Each shard's Lease, scaled to the machine's load (tests/e2e/pace.py): a shard starved past its
+# renew deadline exits, as it must, and its share moves.
+LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = lease_timings()
 LEASE = ["--leader-election-lease-duration", str(LEASE_SECONDS)]
-LEASE += ["--leader-election-renew-deadline", str(RENEW_SECONDS), "--leader-election-retry-period", "1"]
+LEASE += ["--leader-election-renew-deadline", str(RENEW_SECONDS)]
+LEASE += ["--leader-election-retry-period", str(RETRY_SECONDS)]
 
 
 @pytest.fixture(scope="module")
