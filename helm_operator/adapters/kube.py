@@ -143,10 +143,16 @@ class Kube:
             raise
         return dict(obj)
 
-    def patch_status(self, ref: ObjectRef, plural: str, status: Mapping[str, Any]) -> None:
+    def patch_status(
+        self, ref: ObjectRef, plural: str, status: Mapping[str, Any], resource_version: str | None = None
+    ) -> None:
+        """Merge ``status`` into the status subresource; with ``resource_version``, only if the
+        resource is still at that version (the API server answers 409 Conflict otherwise)."""
         group, _, version = ref.api_version.rpartition("/")
         api = client.CustomObjectsApi(self.api)
-        body = {"status": dict(status)}
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         if ref.namespace:
             api.patch_namespaced_custom_object_status(group, version, ref.namespace, plural, ref.name, body)
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -18,6 +18,8 @@ from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.core.vocabulary import Event
 
 log = logging.getLogger(__name__)
+
+CONFLICT_ATTEMPTS = 5  # reads and writes of a composed status before a conflict is given up on
 
 
 class Reporter:
@@ -33,6 +35,38 @@ class Reporter:
                 return False
             raise
         return True
+
+    async def compose(
+        self,
+        ref: ObjectRef,
+        plural: str,
+        patch_of: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+    ) -> bool:
+        """Write a status patch composed on the resource as it is now, for a writer outside the
+        release's lock: a merge patch replaces a list (``conditions``) whole, so one composed on
+        an older read would put back what another writer changed since. Read, compose
+        (``patch_of(body)``; None: nothing to write), merge on the condition that nothing wrote
+        the resource in between (its resourceVersion), and on a conflict read and compose again.
+        False if the resource is gone."""
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            body = await asyncio.to_thread(self.kube.get_custom, ref, plural)
+            if body is None:
+                return False
+            patch = patch_of(body)
+            if not patch:
+                return True
+            version = body["metadata"]["resourceVersion"]
+            try:
+                await asyncio.to_thread(self.kube.patch_status, ref, plural, patch, version)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status == 409 and attempt < CONFLICT_ATTEMPTS:
+                    log.debug("status of %s/%s changed meanwhile; composing again", ref.namespace, ref.name)
+                    continue
+                raise
+            return True
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
     async def events(self, ref: ObjectRef, events: Iterable[Event]) -> None:
         for etype, reason, message in events:

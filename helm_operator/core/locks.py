@@ -13,6 +13,8 @@ import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
+BUSY_CHECK = 0.1  # seconds an outer lock is held while the inner one is found busy (``both``)
+
 
 class Slots:
     """A semaphore that knows how many wait for it: the queue depth the metrics report."""
@@ -85,6 +87,33 @@ class Concurrency:
                 yield turn
             finally:
                 turn.leave_slot()
+
+    @contextlib.asynccontextmanager
+    async def both(self, outer_key: str, inner_key: str) -> AsyncIterator[None]:
+        """Two locks, in the order every holder of both takes them (``outer`` first), but never
+        holding ``outer`` while ``inner`` is busy: a hook that waits for another one running
+        beside Helm (which holds only ``inner``, for minutes) must not keep the release's lock
+        (``outer``) from a reconcile meanwhile. ``outer`` is held at most ``BUSY_CHECK`` seconds
+        while ``inner`` is found taken."""
+        outer, inner = self._locks[outer_key], self._locks[inner_key]
+        while True:
+            await outer.acquire()
+            try:
+                await asyncio.wait_for(inner.acquire(), BUSY_CHECK)
+            except TimeoutError:
+                outer.release()
+                async with inner:  # wait for it to be free, holding nothing else
+                    pass
+                continue
+            except BaseException:
+                outer.release()
+                raise
+            break
+        try:
+            yield
+        finally:
+            inner.release()
+            outer.release()
 
     @contextlib.asynccontextmanager
     async def lock(self, release_key: str) -> AsyncIterator[None]:

@@ -254,8 +254,13 @@ class DriftScheduler:
             if report is None:
                 return
             said = await self.checker.report(watch, ref, report, current)
-            patch = status_patch_of({"conditions": current}, said, generation, time.time())
-            if (
-                report.corrected or patch.get("conditions", current) != current
-            ):  # corrected: replace "Correcting"
-                await self.checker.reporter.status(ref, watch.served_plural, patch)
+            corrected = report.corrected
+
+            def patch_of(now: Mapping[str, Any]) -> dict[str, Any] | None:
+                # On the conditions as they are now: a hook beside Helm may have written since.
+                conditions = (now.get("status") or {}).get("conditions", [])
+                patch = status_patch_of({"conditions": conditions}, said, generation, time.time())
+                changed = corrected or patch.get("conditions", conditions) != conditions
+                return patch if changed else None  # corrected: replace "Correcting"
+
+            await self.checker.reporter.compose(ref, watch.served_plural, patch_of)

@@ -1,11 +1,13 @@
 """The day-2 facade: what the reconcile and the handlers call; one engine per hook kind behind it.
 
-Everything a hook does happens under the release's lock (never beside an install, an upgrade, a
-drift correction or another hook of the same resource). Scheduled tasks, actions and watch hooks
-run as tasks of their own, so a backup that waits minutes for its Job never holds up a kopf
-handler of another resource. What they did is written to ``status.day2`` and told by Events; the
-``Day2`` condition is decided by one owner from everything that contributes to it
-(:mod:`helm_operator.hooks.health`). The engines are in :mod:`helm_operator.hooks.engines`.
+A hook never runs beside another hook of the same resource, and, unless it is a watch hook
+declared ``beside_helm`` (a failover that must not wait for an upgrade), never beside an install,
+an upgrade or a drift correction either: it holds the release's lock. Scheduled tasks, actions and
+watch hooks run as tasks of their own, so a backup that waits minutes for its Job never holds up
+a kopf handler of another resource. What they did is written to ``status.day2`` and told by
+Events; the ``Day2`` condition is decided by one owner from everything that contributes to it
+(:mod:`helm_operator.hooks.health`), and written on the status as it is at that moment (a hook
+beside Helm runs outside the lock). The engines are in :mod:`helm_operator.hooks.engines`.
 """
 
 from __future__ import annotations

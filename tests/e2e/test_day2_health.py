@@ -185,3 +185,24 @@ def test_no_scheduled_run_starts_once_the_operator_is_told_to_stop(
     finally:
         op.stop(timeout=120)
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_hook_beside_helm_never_writes_back_the_conditions_it_read(
+    operator: OperatorProcess, res: Resources
+) -> None:
+    """A watch hook that runs beside Helm (outside the release's lock) reads the resource, runs on
+    while the reconcile upgrades it and writes Ready for the new generation, then fails: its report
+    (the Day2 condition) is composed on the status as it is when written, so Ready keeps saying
+    the new generation, never the one the hook read (tests/e2e/hooks/faulty.py, ``slow_look``)."""
+    res.apply(hooked("racy", slowLook=True))
+    res.wait_condition(HOOKED, "racy", "Ready", timeout=90)
+    eventually(lambda: day2(res, "racy").get("looking") == 1, timeout=60, what="the slow look running")
+    res.apply(hooked("racy", slowLook=True, message="changed"))
+    upgraded = res.wait_condition(HOOKED, "racy", "Ready", timeout=90)  # for generation 2
+    assert upgraded["observedGeneration"] == 2, upgraded
+    annotate(res, "racy", "test.helm-operator.io/end-look=now")
+    res.wait_condition(HOOKED, "racy", "Day2", status="False", timeout=60, generation=False)
+    ready = res.condition(HOOKED, "racy", "Ready")  # a later reconcile may have said it again
+    assert (ready.get("status"), ready.get("observedGeneration")) == ("True", 2) and "revision 2" in str(
+        ready.get("message")
+    ), f"Ready went back to what the hook read before the upgrade: {ready}"

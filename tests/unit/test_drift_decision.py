@@ -35,6 +35,12 @@ class _Reporter:
         self.patches.append(patch)
         return True
 
+    async def compose(self, ref: Any, plural: str, patch_of: Any) -> bool:
+        patch = patch_of({"metadata": {"resourceVersion": "1"}, "status": {"conditions": []}})
+        if patch:
+            self.patches.append(patch)
+        return True
+
     async def events_(self, ref: Any, events: Any) -> None:
         self.events += list(events)
 
@@ -55,7 +61,9 @@ class _Checker(DriftChecker):
 
 def _check(found: DriftReport, day2: dict[str, Any] | None = None) -> tuple[_Checker, _Reporter]:
     reporter = _Reporter()
-    rep: Any = type("R", (), {"status": reporter.status, "events": reporter.events_})()
+    rep: Any = type(
+        "R", (), {"status": reporter.status, "compose": reporter.compose, "events": reporter.events_}
+    )()
     checker = _Checker(kube=_Kube(day2 or {}), reporter=rep)  # type: ignore[arg-type]
     checker.found, checker.corrections = found, []
     scheduler = DriftScheduler(checker, Concurrency())

@@ -1,8 +1,10 @@
-"""The per-kind slots count who waits for them: that count is the queue-depth metric."""
+"""The per-kind slots count who waits for them (the queue-depth metric); a hook never holds the
+release while it waits for one that runs beside Helm."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from helm_operator.core.locks import Concurrency
 
@@ -87,3 +89,48 @@ def test_a_slot_kept_for_the_whole_turn_is_given_back_once_at_its_end() -> None:
         return False
 
     assert asyncio.run(scenario())
+
+
+def test_a_hook_waiting_for_one_beside_helm_never_holds_the_release_meanwhile() -> None:
+    """``both``: while the inner lock (a hook running beside Helm) is held, a task waiting for both
+    leaves the release's lock free for a reconcile; it runs once the inner one is let go."""
+
+    async def run() -> list[str]:
+        c, seen = Concurrency(), []
+        inner_free = asyncio.Event()
+
+        async def beside_helm() -> None:
+            async with c.lock("r#hooks"):
+                seen.append("beside Helm")
+                await inner_free.wait()
+
+        async def hook() -> None:
+            async with c.both("r", "r#hooks"):
+                seen.append("hook")
+
+        async def reconcile() -> None:
+            async with c.release("kind", "r"):
+                seen.append("reconcile")
+
+        first = asyncio.create_task(beside_helm())
+        await asyncio.sleep(0)
+        waiting = asyncio.create_task(hook())
+        await asyncio.sleep(0.3)  # the hook has found the inner lock busy
+        await asyncio.wait_for(reconcile(), 1.0)  # not blocked by the waiting hook
+        inner_free.set()
+        await asyncio.wait_for(asyncio.gather(first, waiting), 2.0)
+        return seen
+
+    assert asyncio.run(run()) == ["beside Helm", "reconcile", "hook"]
+
+
+def test_both_locks_are_held_together_and_let_go_on_an_error() -> None:
+    async def run() -> tuple[bool, bool, bool, bool]:
+        c = Concurrency()
+        with contextlib.suppress(RuntimeError):
+            async with c.both("r", "r#hooks"):
+                held = (c._locks["r"].locked(), c._locks["r#hooks"].locked())
+                raise RuntimeError("the step failed")
+        return (*held, c._locks["r"].locked(), c._locks["r#hooks"].locked())
+
+    assert asyncio.run(run()) == (True, True, False, False)

@@ -143,8 +143,12 @@ class Shared:
             return
         if result.problem is not None:
             await self.reporter.events(self.ref(watch, body), [Event.warning(result.reason, result.message)])
-        status = body.get("status") or {}
-        generation = int(body["metadata"].get("generation") or 0)
+        generation = int(body["metadata"].get("generation") or 0)  # the one the hook saw
         contribution = self.health.contribution(owner, None)  # the problems are always written
-        patch = status_patch_of(status, [contribution], generation, time.time())
-        await self.reporter.status(self.ref(watch, body), watch.served_plural, patch)
+
+        def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:
+            # On the conditions as they are now: a hook may run beside Helm, outside the lock,
+            # for minutes, while a reconcile writes Ready (``body`` is what the hook read).
+            return status_patch_of(now.get("status") or {}, [contribution], generation, time.time())
+
+        await self.reporter.compose(self.ref(watch, body), watch.served_plural, patch_of)

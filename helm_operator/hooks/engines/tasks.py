@@ -46,16 +46,17 @@ class Tasks:
             self._wake[key].set()
 
     async def _repeat(self, ident: ReleaseId, key: tuple[str, str], step: Step, beside_helm: bool) -> None:
-        """Take ``step`` under the release's lock, then wait the seconds it returns, until it
+        """Take ``step`` under the resource's locks, then wait the seconds it returns, until it
         returns None. An error ends the task; the next reconcile starts it again."""
         wake = self._wake[key]
         try:
             while not self.draining:
                 wake.clear()
-                async with contextlib.AsyncExitStack() as held:
-                    if not beside_helm:  # the release's lock first: Helm holds it alone
-                        await held.enter_async_context(self.concurrency.lock(ident.key))
-                    await held.enter_async_context(self.concurrency.lock(ident.key + HOOKS_LOCK))
+                # The release's lock too unless beside Helm (Helm holds it alone), never kept
+                # while waiting for a hook that runs beside Helm.
+                hooks = ident.key + HOOKS_LOCK
+                both = self.concurrency.both
+                async with self.concurrency.lock(hooks) if beside_helm else both(ident.key, hooks):
                     if self.draining:  # stopped while waiting for the lock
                         return
                     self._stepping.add(key)

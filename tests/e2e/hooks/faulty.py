@@ -56,6 +56,24 @@ async def config_seen(ctx: Context) -> None:
     ctx.day2["configMaps"] = len(ctx.objects)
 
 
+@hooks.watch("v1", "ConfigMap", beside_helm=True, timeout=300)
+async def slow_look(ctx: Context) -> None:
+    """With ``spec.slowLook``: runs beside Helm (outside the release's lock) until the resource is
+    annotated ``test.helm-operator.io/end-look``, then fails; meanwhile the reconcile may write
+    conditions, which its report must not put back as it read them."""
+    if not ctx.spec.get("slowLook"):
+        return
+    ctx.day2["looking"] = ctx.resource["metadata"]["generation"]
+    await ctx.day2.save()
+    me = (ctx.resource["apiVersion"], ctx.resource["kind"], ctx.resource["metadata"]["name"], ctx.namespace)
+    while True:
+        now = await ctx.kube.get(*me)
+        if now is None or "test.helm-operator.io/end-look" in (now["metadata"].get("annotations") or {}):
+            break
+        await asyncio.sleep(0.5)
+    raise PermanentError("the slow look failed")
+
+
 @hooks.before("uninstall")
 async def hold_deletion(ctx: Context) -> None:
     how = ctx.spec.get("uninstall")
