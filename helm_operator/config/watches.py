@@ -197,35 +197,142 @@ def _validate_selector(sel: Any) -> str | None:
     return None
 
 
-_KNOWN_FIELDS = {
-    "group",
-    "version",
-    "kind",
-    "chart",
-    "charts",
-    "chartVersion",
-    "repo",
-    "watchDependentResources",
-    "overrideValues",
-    "selector",
-    "reconcilePeriod",
-    "maxConcurrentReconciles",
-    "plural",
-    "scope",
-    "releaseNamespace",
-    "timeout",
-    "wait",
-    "historyMax",
-    "upgrade",
-    "hooks",
-    "driftIgnore",
-    "driftTrustedManagers",
-    "allowedNamespaces",
-    "allowClusterScoped",
-    "maintenance",
-    "approval",
-    "rollout",
-}
+@dataclass(frozen=True)
+class EntryField:
+    """One key a watches entry accepts, as a user reads about it: ``docs/watches.md`` is generated
+    from :data:`FIELDS` (``make docs``), and the loader accepts exactly these keys, so the page and
+    the parser cannot disagree on what exists."""
+
+    name: str
+    meaning: str  # Markdown, one sentence or a few
+    default: str  # as written in the file; "required" where there is none
+    sdk: bool = False  # part of Operator SDK's Helm-operator format (accepted unchanged)
+    see: str = ""  # the page under docs/ (and anchor) that explains it in full
+
+
+FIELDS: tuple[EntryField, ...] = (
+    EntryField("group", "the API group of the custom resource served", "required (may be empty)", sdk=True),
+    EntryField("version", "the API version of the custom resource served", "required", sdk=True),
+    EntryField("kind", "the kind of the custom resource served (CamelCase)", "required", sdk=True),
+    EntryField(
+        "chart",
+        "chart directory or packaged `.tgz` (relative to the watches file), or `oci://…` / a chart name "
+        "with `repo` (remote charts need `chartVersion`; they are pulled once into `--chart-cache`)",
+        "required (or `charts`)",
+        sdk=True,
+    ),
+    EntryField(
+        "watchDependentResources",
+        "watch the objects a release creates (drift)",
+        "`true`",
+        sdk=True,
+        see="drift.md",
+    ),
+    EntryField(
+        "overrideValues",
+        "values applied on top of the spec; `$VAR`/`${VAR}` expand from the environment (an unset "
+        "variable is an error)",
+        "`{}`",
+        sdk=True,
+    ),
+    EntryField(
+        "selector",
+        "label selector (`matchLabels`, `matchExpressions`) choosing which resources this entry serves; "
+        "sent to the API server, so the others never reach the operator (a resource labelled into it is "
+        "served at once; one labelled out is left as it is, release and finalizer included, for whoever "
+        "selects it)",
+        "all",
+        sdk=True,
+    ),
+    EntryField("reconcilePeriod", "periodic resync (`30s`, `5m`, `1h30m`)", "`1m`", sdk=True),
+    EntryField("maxConcurrentReconciles", "reconciles of this kind running at once", "`1`", sdk=True),
+    EntryField(
+        "charts",
+        "several versions of the chart side by side, in place of `chart`: a list of `{chart, version, repo}`",
+        "",
+        see="change-control.md#chart-versions-side-by-side",
+    ),
+    EntryField(
+        "chartVersion",
+        "the version of a remote chart (`oci://…` or with `repo`)",
+        "required for remote charts",
+    ),
+    EntryField("repo", "the chart repository of a `chart` given by name", ""),
+    EntryField(
+        "releaseNamespace",
+        "the namespace the releases of a cluster-scoped kind live in",
+        "required for cluster-scoped kinds",
+    ),
+    EntryField(
+        "plural",
+        "the kind's plural; it comes from the API server (discovery) and, if written, must agree with it",
+        "from discovery",
+    ),
+    EntryField(
+        "scope",
+        "`Namespaced` or `Cluster`; it comes from the API server (discovery) and, if written, must agree "
+        "with it",
+        "from discovery",
+    ),
+    EntryField("timeout", "Helm timeout", "`5m`"),
+    EntryField("wait", "Helm waits for readiness", "`true`"),
+    EntryField("historyMax", "revisions kept", "`5`"),
+    EntryField(
+        "upgrade",
+        "`upgrade.rollbackOnFailure`: roll a failed upgrade back (then retry later)",
+        "`{rollbackOnFailure: true}`",
+    ),
+    EntryField(
+        "allowedNamespaces",
+        'namespaces (names or globs such as `"team-*"`) a namespaced resource\'s release may put objects '
+        "in besides its own",
+        "`[]`",
+        see="operating.md#tenancy",
+    ),
+    EntryField(
+        "allowClusterScoped",
+        "a namespaced resource's release may create cluster-scoped objects (and its chart's missing CRDs)",
+        "`false`",
+        see="operating.md#tenancy",
+    ),
+    EntryField(
+        "driftIgnore",
+        "`[{path, kind?, name?}]`: paths (a JSON pointer prefix) whose changes are not drift",
+        "`[]`",
+        see="drift.md",
+    ),
+    EntryField(
+        "driftTrustedManagers",
+        "field managers whose fields are theirs, not drift (`helm` cannot be trusted)",
+        "`[]`",
+        see="drift.md",
+    ),
+    EntryField(
+        "hooks",
+        "a Python module of day-2 hooks: a file relative to the watches file, or a module name",
+        "none",
+        see="day2-hooks.md",
+    ),
+    EntryField(
+        "maintenance",
+        "when changes may be applied: `windows` (cron, duration, time zone) and `driftOutsideWindows`",
+        "any time",
+        see="change-control.md#maintenance-windows",
+    ),
+    EntryField(
+        "approval",
+        "`manual`: nothing is installed or upgraded until a person has approved the exact change",
+        "`automatic`",
+        see="change-control.md#plan-and-approve",
+    ),
+    EntryField(
+        "rollout",
+        "in which waves the fleet takes a new chart or a change of `overrideValues`",
+        "all at once",
+        see="change-control.md#staged-rollouts",
+    ),
+)
+_KNOWN_FIELDS = frozenset(f.name for f in FIELDS)
 
 
 def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Watch:

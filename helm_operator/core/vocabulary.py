@@ -16,15 +16,18 @@ from typing import NamedTuple
 
 
 class ConditionType(StrEnum):
-    READY = "Ready"
-    RECONCILING = "Reconciling"
-    STALLED = "Stalled"
-    RELEASED = "Released"
-    REMEDIATED = "Remediated"
-    DRIFTED = "Drifted"
+    """The condition types on a resource's status; each comment is what the type says (the
+    condition table in docs/status.md is generated from them)."""
+
+    READY = "Ready"  # the generation is deployed and its workloads are ready (kstatus)
+    RECONCILING = "Reconciling"  # an action is still running for the resource (kstatus)
+    STALLED = "Stalled"  # retrying cannot help: it waits for a change (kstatus)
+    RELEASED = "Released"  # how the last Helm action on the release went
+    REMEDIATED = "Remediated"  # how a failed upgrade's rollback or a failed install's cleanup went
+    DRIFTED = "Drifted"  # what the last drift check found
     UPGRADE_PENDING = "UpgradePending"  # a change waits for a maintenance window
     APPROVAL_PENDING = "ApprovalPending"  # a change waits for its plan to be approved
-    DAY2 = "Day2"
+    DAY2 = "Day2"  # whether any day-2 hook's latest result is a failure
 
 
 class Reason(StrEnum):

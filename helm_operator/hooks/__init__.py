@@ -16,8 +16,8 @@ The built-ins do the work a policy asks for: ``backup.take_and_prune`` (its clea
 ``jobs.command``/``jobs.shell`` with a constant ``Script``), ``failover.keep_primary`` and
 ``failover.switchover``, ``verify.verify_latest`` (the newest backup restored into a throw-away
 ``verify.instance`` and checked), ``rolling.roll`` (a StatefulSet's members restarted one at a time,
-each healthy before the next); ``shapes`` checks the spec strings that reach a Job. See README.md,
-"Day-2 hooks", for every hook kind, the context and ``status.day2``.
+each healthy before the next); ``shapes`` checks the spec strings that reach a Job. See
+docs/day2-hooks.md for every hook kind, the context and ``status.day2``.
 """
 
 from helm_operator.hooks.builtin import backup, failover, jobs, rolling, shapes, verify

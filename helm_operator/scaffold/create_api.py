@@ -415,13 +415,13 @@ def create(req: Request) -> Outcome:
         if "charts" in entry:
             raise ApiError(
                 f"{watches_path}: entry {i} serves {req.kind} with several chart versions (charts:); "
-                "add the API version by hand (README: Evolving an API)"
+                "add the API version by hand (docs/api-versions.md)"
             )
         same_kind.append(i)
     if len(same_kind) > 1:
         raise ApiError(
             f"{watches_path}: entries {', '.join(map(str, same_kind))} all serve {req.kind}; one entry per "
-            "kind, its other versions converted to its own (README: Evolving an API): merge them first"
+            "kind, its other versions converted to its own (docs/api-versions.md): merge them first"
         )
     # Another version of the kind: its chart and sample get the version in their names.
     others = (
@@ -642,7 +642,7 @@ def _converters_note(req: Request, served: Sequence[str], module: str | None, ba
         + ", ".join(f"{a} -> {b}" for a, b in pairs)
         + " (each served version to and from the watch's version, "
         + req.version
-        + "): until then the operator refuses to start, naming them (README: Evolving an API)."
+        + "): until then the operator refuses to start, naming them (docs/api-versions.md)."
     )
 
 

@@ -240,9 +240,9 @@ def test_init_create_api_rbac_apply_and_all_ready_as_the_generated_service_accou
 
 
 def readme_converters() -> str:
-    """The converter module the README's "Evolving an API" shows, as a user copies it."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### Evolving an API") :]
+    """The converter module docs/api-versions.md's "Evolving an API" shows, as a user copies it."""
+    text = (REPO / "docs/api-versions.md").read_text()
+    section = text[text.index("## Evolving an API") :]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
@@ -287,8 +287,8 @@ def test_a_second_api_version_added_with_create_api_and_converted_by_the_readme_
     cluster: DevCluster, tools: Toolchain, solo_namespace: str, tmp_path: Path
 ) -> None:
     """A kind served as v1 (chart 1.x, ``message``) gains v2 (chart 2.x renamed it ``greeting.text``)
-    the way the README's "Evolving an API" says: ``create-api --version v2``, the converters copied
-    from the README, ``rbac`` again, the operator as its ServiceAccount; the v1 resource keeps its
+    the way docs/api-versions.md's "Evolving an API" says: ``create-api --version v2``, the converters
+    copied from that page, ``rbac`` again, the operator as its ServiceAccount; the v1 resource keeps its
     meaning through the v2 chart, the generated v2 sample applies, both read in both versions, and
     the storage moves to v2 with ``migrate-storage``."""
     tools.require("helm")
@@ -334,7 +334,7 @@ def test_a_second_api_version_added_with_create_api_and_converted_by_the_readme_
         assert text_of(first) == "hello"
         stop_operator(operator)
 
-        # The operator's next version: v2 from chart 2.x, converters from the README, rbac again.
+        # The operator's next version: v2 from chart 2.x, converters from docs/api-versions.md, rbac again.
         out = run(
             "create-api", "--group", group, "--version", "v2", "--kind", "Greeting",
             "--chart", str(CHARTS / "greeting-v2"), cwd=project, env=env,
@@ -385,7 +385,7 @@ def test_a_second_api_version_added_with_create_api_and_converted_by_the_readme_
         assert text_of(second) == "hi!"
         assert get("v1", second)["spec"] == {"message": "hi"}
 
-        # Storage moves to v2 as README step 4 says: crds/ edited and applied, then migrated.
+        # Storage moves to v2 as step 4 of docs/api-versions.md says: crds/ edited and applied, then migrated.
         path = next((project / "crds").glob(f"{crd_name}.yaml"))
         doc = yaml.safe_load(path.read_text())
         for v in doc["spec"]["versions"]:

@@ -1,7 +1,7 @@
 """The operator's own image runs as config/'s Deployment, on the real node, as a user deploys it.
 
 ``kubectl apply -f crds/`` and ``kubectl apply -f config/`` as committed, then the one patch a user
-of this local cluster applies (the README's "The image"): the image's name (the one
+of this local cluster applies (docs/deploying.md, "The image"): the image's name (the one
 ``tools/bootstrap images`` builds from the Dockerfile and the real node has imported) and, for this
 test, the Pods' placement on the real node (KWOK's fake nodes run no process). The in-cluster
 configuration is the default one (the `kubernetes` Service's IP, which the local API server's

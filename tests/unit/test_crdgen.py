@@ -580,8 +580,8 @@ def test_a_third_version_names_every_converter_still_missing_from_the_hook_modul
     )
     assert missing_note(project, "v4", charts[0]).endswith(
         "for v1 -> v4, v2 -> v4, v3 -> v4, v4 -> v1, v4 -> v2, v4 -> v3 (each served version to and from the "
-        "watch's version, v4): until then the operator refuses to start, naming them (README: Evolving an "
-        "API). v3's chart stays in charts/demo-v3 until you remove it"
+        "watch's version, v4): until then the operator refuses to start, naming them "
+        "(docs/api-versions.md). v3's chart stays in charts/demo-v3 until you remove it"
     )
 
 
