@@ -130,6 +130,9 @@ class Contribution:
     owner: Owner
     conditions: tuple[Condition, ...] = ()
     fields: Mapping[str, Any] = field(default_factory=dict)
+    # The generation its conditions speak of (None: the report's). A change a gate holds leaves
+    # the release as an earlier generation made it: what describes the running release says so.
+    generation: int | None = None
 
     def __post_init__(self) -> None:
         foreign = [str(c.type) for c in self.conditions if c.type not in OWNS[self.owner]]
@@ -149,7 +152,8 @@ def compose(
     merged = [dict(c) for c in existing]
     for contribution in contributions:
         if contribution.conditions:
-            merged = merge_conditions(merged, contribution.conditions, generation, now)
+            of = generation if contribution.generation is None else contribution.generation
+            merged = merge_conditions(merged, contribution.conditions, of, now)
     return merged
 
 

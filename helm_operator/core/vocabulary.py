@@ -19,8 +19,8 @@ class ConditionType(StrEnum):
     """The condition types on a resource's status; each comment is what the type says (the
     condition table in docs/status.md is generated from them)."""
 
-    READY = "Ready"  # the generation is deployed and its workloads are ready (kstatus)
-    RECONCILING = "Reconciling"  # an action is still running for the resource (kstatus)
+    READY = "Ready"  # the release of its observedGeneration is deployed and its workloads ready (kstatus)
+    RECONCILING = "Reconciling"  # an action runs, or a gate holds a change, for the generation (kstatus)
     STALLED = "Stalled"  # retrying cannot help: it waits for a change (kstatus)
     RELEASED = "Released"  # how the last Helm action on the release went
     REMEDIATED = "Remediated"  # how a failed upgrade's rollback or a failed install's cleanup went

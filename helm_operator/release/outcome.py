@@ -38,3 +38,6 @@ class Outcome:
     digest: str | None = None  # the desired digest this outcome is about
     remediation: Remediation | None = None  # what was done after a failure, and whether it worked
     permanent: bool = False  # a failure retrying cannot fix: remembered so resyncs do not retry it
+    # A gate (a window, an approval, a rollout's wave) holds the change: the release runs as an
+    # earlier generation left it, and the held generation reads as in progress until it is applied.
+    held: bool = False

@@ -27,30 +27,44 @@ def status_patch(
 ) -> dict[str, Any]:
     """The status fields to write after a reconcile (a merge patch of ``.status``), when the
     release's is the only contribution."""
-    contribution = release_contribution(current, outcome, generation, now, attempts)
-    return status_patch_of(current, [contribution], generation, now)
+    return status_patch_of(
+        current, release_contributions(current, outcome, generation, now, attempts), generation, now
+    )
 
 
-def release_contribution(
+def running_generation(current: Mapping[str, Any], outcome: Outcome, generation: int) -> int:
+    """The generation the running release speaks for: ``generation``, except while a gate holds
+    its change — then the one last applied (``status.observedGeneration`` stays there, so kstatus
+    reads the held generation as in progress and ``kubectl wait --for=condition=Ready`` waits)."""
+    observed = current.get("observedGeneration")
+    if outcome.held and isinstance(observed, int) and 0 < observed < generation:
+        return observed
+    return generation
+
+
+def release_contributions(
     current: Mapping[str, Any],
     outcome: Outcome,
     generation: int,
     now: float,
     attempts: Attempts | None = None,
-) -> Contribution:
-    """The release's part of the status after a reconcile: its conditions and fields.
+) -> list[Contribution]:
+    """The release's part of the status after a reconcile: its conditions and fields. A held change
+    (``outcome.held``) is in progress (``Reconciling=True``, its reason and what it waits for) for
+    this generation, while ``Ready`` and ``observedGeneration`` speak of the running release's.
 
     ``attempts`` is the failure memory to record; by default it is derived from the status.
     """
     ok = outcome.phase == "ready"
     stalled = outcome.phase == "stalled"
+    progressing = outcome.phase in ("progressing", "failed") or outcome.held
+    ready = Condition(ConditionType.READY, ok, outcome.reason, outcome.message)
     updates = [
-        Condition(ConditionType.READY, ok, outcome.reason, outcome.message),
         Condition(
             ConditionType.RECONCILING,
-            outcome.phase == "progressing" or outcome.phase == "failed",
+            progressing,
             outcome.reason,
-            outcome.message if outcome.phase in ("progressing", "failed") else "",
+            outcome.message if progressing else "",
         ),
         Condition(
             ConditionType.STALLED,
@@ -59,16 +73,18 @@ def release_contribution(
             outcome.message if stalled else "",
         ),
     ]
+    running: list[Condition] = [ready]
     if outcome.action or outcome.phase == "ready":
         released_ok = ok or (outcome.phase == "progressing")
-        updates.append(Condition(ConditionType.RELEASED, released_ok, outcome.reason, outcome.message))
+        running.append(Condition(ConditionType.RELEASED, released_ok, outcome.reason, outcome.message))
     if outcome.remediation is not None:
         r = outcome.remediation
-        updates.append(Condition(ConditionType.REMEDIATED, r.succeeded, r.reason, r.message))
+        running.append(Condition(ConditionType.REMEDIATED, r.succeeded, r.reason, r.message))
     elif ok and any(c.get("type") == ConditionType.REMEDIATED for c in current.get("conditions", [])):
-        updates.append(Condition(ConditionType.REMEDIATED, False, Reason.HEALTHY, "no remediation needed"))
+        running.append(Condition(ConditionType.REMEDIATED, False, Reason.HEALTHY, "no remediation needed"))
 
-    patch: dict[str, Any] = {"observedGeneration": generation}
+    observed = running_generation(current, outcome, generation)
+    patch: dict[str, Any] = {"observedGeneration": observed}
 
     previous = attempts_from_status(current)
     nxt = attempts if attempts is not None else next_attempts(previous, outcome, now)
@@ -103,7 +119,12 @@ def release_contribution(
             "time": rfc3339(now),
         }
         patch["history"] = ([entry, *list(current.get("history") or [])])[:HISTORY_MAX]
-    return Contribution(Owner.RELEASE, tuple(updates), patch)
+    if observed == generation:
+        return [Contribution(Owner.RELEASE, (running[0], *updates, *running[1:]), patch)]
+    return [
+        Contribution(Owner.RELEASE, tuple(updates)),
+        Contribution(Owner.RELEASE, tuple(running), patch, generation=observed),
+    ]
 
 
 PROGRESS_REASONS = {

@@ -53,7 +53,7 @@ from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.rollout import Admission, Mark, admission, fleet_digest, mark_of, resource_status
 from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan, plan_drift
-from helm_operator.release.status import progress_patch, release_contribution
+from helm_operator.release.status import progress_patch, release_contributions, running_generation
 from helm_operator.release.windows import Gate, gate, waiting_message
 from helm_operator.release.windows import contribution as window_contribution
 from helm_operator.release.windows import effective as windows_of
@@ -392,7 +392,8 @@ async def _awaiting_approval(
     message = approval_waiting(plan, verdict.stale)
     deployed = release is not None and release.status == "deployed"
     phase: Phase = "ready" if deployed else "progressing"
-    outcome = Outcome(phase, Reason.AWAITING_APPROVAL, message, release=release, digest=target.digest)
+    reason = Reason.AWAITING_APPROVAL
+    outcome = Outcome(phase, reason, message, release=release, digest=target.digest, held=True)
     pending = _condition(cr, ConditionType.APPROVAL_PENDING)
     if verdict.stale and not (pending is not None and says(pending, message)):
         events.append(Event.warning(Reason.STALE_APPROVAL, message))
@@ -443,12 +444,11 @@ async def _running_as_is(
     track: Callable[[], None],
 ) -> tuple[Outcome, DriftReport | None]:
     """A change waits (for a window, or for its wave): the release runs as it is (``Ready`` says
-    how), its live objects are still compared with it and corrected (unless the windows say
-    report only)."""
+    how, for the generation it was made from), its live objects are still compared with it and
+    corrected (unless the windows say report only)."""
     deployed = release is not None and release.status == "deployed"
-    outcome = Outcome(
-        "ready" if deployed else "progressing", reason, message, release=release, digest=target.digest
-    )
+    phase: Phase = "ready" if deployed else "progressing"
+    outcome = Outcome(phase, reason, message, release=release, digest=target.digest, held=True)
     found = None
     if deployed and rt.drift is not None:
         track()
@@ -582,7 +582,7 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
             # kind's slot goes to the next resource (a full drift comparison keeps it).
             slot.leave_slot()
         now = time.time()
-        said = [release_contribution(cr.status, outcome, generation, now, result.attempts)]
+        said = release_contributions(cr.status, outcome, generation, now, result.attempts)
         events = list(result.events)
         if rt.day2 is not None and rt.day2.of(watch) is not None:
             events += await rt.day2.sync(watch, cr.body)
@@ -596,7 +596,10 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
                 report = await rt.drift.applied(watch, cr.ident, cr.annotations, applied)
             if report is not None:
                 so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
-                said += await rt.drift.report(watch, ref, report, so_far)
+                # What the live objects show is the running release's: a held change's earlier generation.
+                running = running_generation(cr.status, outcome, generation)
+                seen = await rt.drift.report(watch, ref, report, so_far)
+                said += [dataclasses.replace(c, generation=running) for c in seen]
         moment = dt.datetime.now(dt.UTC)
         if result.gate is not None:
             window_said = window_contribution(cr.status, result.gate, outcome.message, moment)
@@ -755,7 +758,7 @@ def _correcting_announced(
     """What writes ``Drifted=True`` ("Correcting", with the paths) before a correction starts,
     over the conditions as the release (``outcome``) and the day-2 hooks decide them so far."""
     now, owner = time.time(), cr.ident.owner
-    said = [release_contribution(cr.status, outcome, cr.generation, now)]
+    said = release_contributions(cr.status, outcome, cr.generation, now)
     if hooks is not None:
         said.append(hooks.health.contribution(owner, cr.status.get("day2")))
     so_far = status_patch_of(cr.status, said, cr.generation, now)["conditions"]

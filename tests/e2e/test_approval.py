@@ -84,7 +84,15 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
     assert two["fromRevision"] == 1 and any(o.startswith("update Deployment/") for o in two["objects"]), two
     stale = res.wait_condition(MEMCACHED, "gated", "ApprovalPending", timeout=30)
     assert stale["reason"] == "StaleApproval" and install["id"] in stale["message"], stale
-    assert res.condition(MEMCACHED, "gated", "Ready")["status"] == "True"  # revision 1 runs, healthy
+    ready = res.condition(MEMCACHED, "gated", "Ready")  # revision 1 runs, healthy: generation 1's
+    assert (ready["status"], ready["observedGeneration"]) == ("True", 1), ready
+    # The held change reads as in progress: a wait for Ready waits for the approved upgrade.
+    assert (res.get(MEMCACHED, "gated") or {})["status"]["observedGeneration"] == 1
+    assert res.condition(MEMCACHED, "gated", "Reconciling")["reason"] == "AwaitingApproval"
+    waited = res.cluster.kubectl(
+        "wait", "--for=condition=Ready", f"{MEMCACHED}/gated", "-n", res.ns, "--timeout=3s", check=False
+    )
+    assert waited.returncode != 0 and "timed out" in waited.stderr, (waited.stdout, waited.stderr)
 
     # Approved, but the spec changes in the same write: the approval is void, nothing runs.
     res.apply(memcached(3, **{APPROVE_ANNOTATION: two["id"]}))
@@ -99,6 +107,7 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
         lambda: releases(helm4, res.ns)["gated"]["revision"] == "2", timeout=60, what="the approved upgrade"
     )
     res.wait_condition(MEMCACHED, "gated", "ApprovalPending", status="False", timeout=30)
+    res.cluster.kubectl("wait", "--for=condition=Ready", f"{MEMCACHED}/gated", "-n", res.ns, "--timeout=60s")
     assert int((res.get("deployment", "gated") or {})["spec"]["replicas"]) == 3  # exactly the approved plan
     # The install and the one approved upgrade, nothing else: two revisions (more helm processes
     # only if a call failed before it wrote one, and was tried again).

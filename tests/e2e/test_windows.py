@@ -73,6 +73,26 @@ def maintenance(res: Resources, name: str) -> dict[str, Any]:
     return dict(((res.get(MEMCACHED, name) or {}).get("status") or {}).get("maintenance") or {})
 
 
+def held_while_waiting(res: Resources, name: str) -> None:
+    """A held change reads as in progress: Ready tells the truth about what runs (revision 1,
+    healthy, for generation 1, the one it was made from), Reconciling=True says why for the new
+    generation, and ``kubectl wait --for=condition=Ready`` keeps waiting (it compares the
+    condition's observedGeneration with the generation)."""
+    body = res.get(MEMCACHED, name) or {}
+    generation, status = body["metadata"]["generation"], body["status"]
+    ready = res.condition(MEMCACHED, name, "Ready")
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("True", "UpgradePending", 1), (
+        ready
+    )
+    assert "revision 1" in ready["message"] and status["observedGeneration"] == 1 < generation, status
+    reconciling = res.condition(MEMCACHED, name, "Reconciling")
+    assert (reconciling["status"], reconciling["observedGeneration"]) == ("True", generation), reconciling
+    waited = res.cluster.kubectl(
+        "wait", "--for=condition=Ready", f"{MEMCACHED}/{name}", "-n", res.ns, "--timeout=3s", check=False
+    )
+    assert waited.returncode != 0 and "timed out" in waited.stderr, (waited.stdout, waited.stderr)
+
+
 def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_and_an_override_applies_once(
     operator: OperatorProcess, res: Resources, helm4: Helm
 ) -> None:
@@ -84,11 +104,9 @@ def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_a
 
     # Outside the window, a change waits.
     res.apply(memcached("win", 2, shut))
-    ready = res.wait_condition(MEMCACHED, "win", "Ready", timeout=30)
-    # Ready tells the truth about what runs: revision 1, healthy; the change waits.
-    assert ready["reason"] == "UpgradePending" and "revision 1" in ready["message"], ready
-    pending = res.condition(MEMCACHED, "win", "UpgradePending")
-    assert pending["status"] == "True" and pending["reason"] == "OutsideMaintenanceWindow", pending
+    pending = res.wait_condition(MEMCACHED, "win", "UpgradePending", timeout=30)
+    assert pending["reason"] == "OutsideMaintenanceWindow", pending
+    held_while_waiting(res, "win")
     # The next opening, read in the window's zone: exactly the one placed.
     assert maintenance(res, "win")["nextWindow"] == stamp(far_opens), (maintenance(res, "win"), far)
     assert stamp(far_opens) in pending["message"] and WINDOW_OVERRIDE_ANNOTATION in pending["message"]
@@ -150,6 +168,10 @@ def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_a
     )
     res.wait_condition(MEMCACHED, "win", "UpgradePending", status="False", timeout=30)
     assert res.wait_condition(MEMCACHED, "win", "Ready", timeout=30)["reason"] != "UpgradePending"
+    waited = res.cluster.kubectl(
+        "wait", "--for=condition=Ready", f"{MEMCACHED}/win", "-n", res.ns, "--timeout=30s"
+    )
+    assert waited.returncode == 0  # applied: the wait returns
     assert replicas(res, "win") == 3
     res.delete(MEMCACHED, "win")
 

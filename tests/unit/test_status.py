@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from helm_operator.core.masking import mask
+from helm_operator.release.dependencies import Dependency, why_not_ready
 from helm_operator.release.outcome import Outcome, Remediation
 from helm_operator.release.record import StoredRelease
 from helm_operator.release.status import HISTORY_MAX, progress_patch, status_patch
@@ -165,3 +166,46 @@ def test_failures_are_counted_per_digest_and_context() -> None:
     assert next_attempts(a1, failed, 20, context="c1").failures == 2
     assert next_attempts(a1, failed, 20, context="c2").failures == 1  # another context starts over
     assert attempts_from_status({"lastAttempt": attempts_to_status(a1)}) == a1
+
+
+def test_a_held_change_reads_as_in_progress_while_ready_speaks_of_the_running_release() -> None:
+    """A gate holds generation 5's change (a window, an approval, a rollout's wave): Ready stays
+    True for generation 4, the one the release runs, and so does observedGeneration — kstatus reads
+    in progress and ``kubectl wait --for=condition=Ready`` (which compares the condition's
+    observedGeneration with the generation) keeps waiting; Reconciling=True says why, for 5."""
+    applied = status_patch(
+        {}, Outcome("ready", "UpgradeSucceeded", "upgraded", action="upgrade", release=REL), 4, 0
+    )
+    assert applied["observedGeneration"] == 4
+    said = "release r runs revision 3; the change waits for the window opening at 02:00"
+    held = status_patch(applied, Outcome("ready", "UpgradePending", said, release=REL, held=True), 5, 10)
+    assert held["observedGeneration"] == 4
+    ready, reconciling = cond(held, "Ready"), cond(held, "Reconciling")
+    assert (ready["status"], ready["observedGeneration"], ready["reason"]) == ("True", 4, "UpgradePending")
+    assert (reconciling["status"], reconciling["observedGeneration"]) == ("True", 5)
+    assert reconciling["message"] == said
+    body = {"metadata": {"generation": 5}, "status": {**applied, **held}}
+    assert why_not_ready(Dependency(("g", "K", "ns", "r")), body) is not None  # not Current
+
+    # Held again on the next look: still generation 4's. Applied at last: generation 5 is.
+    again = status_patch(
+        {**applied, **held}, Outcome("ready", "UpgradePending", said, release=REL, held=True), 5, 20
+    )
+    assert again["observedGeneration"] == 4 and cond(again, "Ready")["observedGeneration"] == 4
+    done = status_patch(
+        {**applied, **again},
+        Outcome("ready", "UpgradeSucceeded", "upgraded", action="upgrade", release=REL),
+        5,
+        30,
+    )
+    assert done["observedGeneration"] == 5
+    assert [(c["type"], c["status"], c["observedGeneration"]) for c in done["conditions"]][:2] == [
+        ("Ready", "True", 5),
+        ("Reconciling", "False", 5),
+    ]
+
+
+def test_a_held_first_install_is_not_ready() -> None:
+    """Nothing runs yet (an install that waits for approval): Ready=False, in progress."""
+    held = status_patch({}, Outcome("progressing", "AwaitingApproval", "plan p1 waits", held=True), 1, 0)
+    assert cond(held, "Ready")["status"] == "False" and cond(held, "Reconciling")["status"] == "True"
