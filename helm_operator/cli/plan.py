@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from helm_operator.cli.common import UserError, api_client, reporting
@@ -35,11 +37,15 @@ def _resource(dyn: Any, text: str) -> Any:
     return max(found, key=lambda r: bool(getattr(r, "preferred", False)))
 
 
-def _read(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+def _read(args: argparse.Namespace, scratch: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """The resource the arguments name, as the API server serves it now. Its kind is resolved on
+    discovery read for this command (cached in ``scratch``): the client's default cache is one
+    file per server address for the whole machine, shared with any other cluster that had that
+    address and not read again when a name is missing (a CRD created since)."""
     from kubernetes import dynamic
     from kubernetes.client.exceptions import ApiException
 
-    dyn = dynamic.DynamicClient(api_client(args.kubeconfig))
+    dyn = dynamic.DynamicClient(api_client(args.kubeconfig), cache_file=str(scratch / "discovery.json"))
     res = _resource(dyn, args.resource)
     ns = args.namespace if res.namespaced else None
     try:
@@ -70,7 +76,8 @@ def _waiting(obj: Mapping[str, Any]) -> bool:
 
 
 def show(args: argparse.Namespace) -> int:
-    _, _, obj = _read(args)
+    with tempfile.TemporaryDirectory(prefix="helm-operator-plan-") as scratch:
+        _, _, obj = _read(args, Path(scratch))
     plan = _plan(obj)
     if args.output == "json":
         print(json.dumps(plan, indent=2, sort_keys=True))
@@ -99,7 +106,11 @@ def show(args: argparse.Namespace) -> int:
 
 
 def approve(args: argparse.Namespace) -> int:
-    res, ns, obj = _read(args)
+    with tempfile.TemporaryDirectory(prefix="helm-operator-plan-") as scratch:
+        return _approve(args, *_read(args, Path(scratch)))
+
+
+def _approve(args: argparse.Namespace, res: Any, ns: str | None, obj: Mapping[str, Any]) -> int:
     plan = _plan(obj)
     if args.id and args.id != plan.get("id"):
         raise UserError(

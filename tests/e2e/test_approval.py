@@ -5,6 +5,7 @@ voids it, and a bad approval value is a precise stall."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -23,8 +24,10 @@ def memcached(size: int, **annotations: str) -> dict[str, Any]:
     return doc
 
 
-def plan_cli(res: Resources, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "helm_operator.cli", "plan", *args, "memcached", "gated", "-n", res.ns]
+def plan_cli(
+    res: Resources, *args: str, resource: str = "memcached", name: str = "gated"
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "helm_operator.cli", "plan", *args, resource, name, "-n", res.ns]
     cmd += ["--kubeconfig", str(res.cluster.kubeconfig)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
@@ -132,3 +135,40 @@ def test_an_approval_mode_that_is_not_one_is_a_precise_stall(
         and "expected manual or automatic, got 'sometimes'" in stalled["message"]
     ), stalled
     res.delete(MEMCACHED, "gated")
+
+
+def test_plan_finds_a_kind_created_after_its_last_call(operator: OperatorProcess, res: Resources) -> None:
+    """``plan show`` resolves a kind from discovery read for the call: one whose CRD was created
+    after an earlier call is found (the kubernetes client's default cache, one file per server
+    address for the machine, still missed it, and held the kinds of another cluster that had the
+    same address)."""
+    group = f"plan-{os.urandom(3).hex()}.test.helm-operator.io"
+    missing = plan_cli(res, "show", resource=f"widgets.{group}", name="w")
+    assert missing.returncode != 0 and "serves no resource named" in missing.stderr, missing
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+    try:
+        res.cluster.kubectl("apply", "-f", "-", input=json.dumps(crd))
+        res.cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s")
+        found = plan_cli(res, "show", resource=f"widgets.{group}", name="w")
+        assert found.returncode != 0 and f"Widget w not found in {res.ns}" in found.stderr, found
+    finally:
+        res.cluster.kubectl("delete", "crd", f"widgets.{group}", "--ignore-not-found", check=False)
