@@ -60,11 +60,11 @@ from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime import allocator, rollouts
 from helm_operator.runtime.fence import Fence, FencedApiClient
+from helm_operator.runtime.finalize import finalize
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
 from helm_operator.runtime.kopf_discovery import adapt_kopf_observation
 from helm_operator.runtime.leader import LeaderSettings, Leadership
 from helm_operator.runtime.probes import Probes, serve
-from helm_operator.runtime.reconcile import finalize
 from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.services import Runtime
 from helm_operator.runtime.sweeper import in_patterns, sweep_terminating

@@ -36,9 +36,10 @@ from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import identify
 from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.finalize import UninstallBlocked, UninstallFailed, deletion_waits, finalize
 from helm_operator.runtime.idle import unchanged
 from helm_operator.runtime.probes import Probes
-from helm_operator.runtime.reconcile import UninstallBlocked, UninstallFailed, finalize, held, turn
+from helm_operator.runtime.reconcile import turn
 from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.services import Runtime
 
@@ -349,7 +350,7 @@ class Handlers:
             except UninstallBlocked as exc:
                 result = "waiting" if exc.result.waiting else "blocked"
                 RECONCILES.labels(watch=watch.key, action="uninstall", result=result).inc()
-                await held(rt, watch, ref, body or {}, exc)
+                await deletion_waits(rt, watch, ref, body or {}, exc)
                 # Wait here, not in kopf's retry backoff: an override or a fix acts at once, a
                 # failure that only a change can cure is not tried again meanwhile, and waiting
                 # for a running backup logs no error.

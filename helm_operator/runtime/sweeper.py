@@ -12,8 +12,8 @@ from helm_operator.adapters.metrics import ReleaseStates
 from helm_operator.config.watches import Watch, selector_query
 from helm_operator.core.naming import FINALIZER
 from helm_operator.drift.scheduler import DriftScheduler
+from helm_operator.runtime.finalize import UninstallFailed, finalize
 from helm_operator.runtime.handlers import forget, resource_key
-from helm_operator.runtime.reconcile import UninstallFailed, finalize
 from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.services import Runtime
 

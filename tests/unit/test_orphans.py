@@ -15,7 +15,7 @@ from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.release.identity import identify
 from helm_operator.release.orphans import group_of, rendered_outside, sweep_kinds
 from helm_operator.release.record import ObjectId
-from helm_operator.runtime.reconcile import UninstallFailed, finalize
+from helm_operator.runtime.finalize import UninstallFailed, finalize
 
 from .test_reconcile import WATCH, FakeHelm, Revision, Storage, runtime
 

@@ -349,7 +349,7 @@ def test_a_record_deleted_during_the_uninstall_still_deletes_what_lies_outside_t
     """The namespace controller may delete Helm's release Secret between our read of it and Helm's:
     Helm then finds no record and deletes nothing, so the cluster-scoped objects are found by the
     owner label and deleted, as when the record was gone before."""
-    from helm_operator.runtime.reconcile import finalize
+    from helm_operator.runtime.finalize import finalize
 
     helm = FakeHelm(Storage())
     rt = runtime(helm)
