@@ -95,6 +95,11 @@ class Owner(StrEnum):
     WORKLOADS = "workloads"  # the workloads' part of Ready (the drift check reads their health)
     DRIFT = "drift"
     DAY2 = "day2"  # hooks/health.py, from every hook contributor
+    SCHEDULES = "schedules"  # the schedule engine: each schedule's slots and runs
+    ACTIONS = "actions"  # the action engine: the request it handles and how it went
+    STAGES = "stages"  # the stage engine: the after hooks still to run
+    HOOK_MODULE = "hook-module"  # what a watch's hooks record through ctx.day2 (their own keys)
+    ROLLOUT = "rollout"  # a watch's Rollout object: all of its status (runtime/rollouts.py)
 
 
 OWNS: Mapping[Owner, frozenset[ConditionType]] = {
@@ -112,14 +117,32 @@ OWNS: Mapping[Owner, frozenset[ConditionType]] = {
     Owner.WORKLOADS: frozenset({ConditionType.READY}),
     Owner.DRIFT: frozenset({ConditionType.DRIFTED}),
     Owner.DAY2: frozenset({ConditionType.DAY2}),
+    **{
+        o: frozenset()
+        for o in (Owner.SCHEDULES, Owner.ACTIONS, Owner.STAGES, Owner.HOOK_MODULE, Owner.ROLLOUT)
+    },
 }
+EVERY_FIELD = "*"  # an owner of a whole status (another object's)
 OWNS_FIELDS: Mapping[Owner, frozenset[str]] = {
     Owner.RELEASE: frozenset(
         {"observedGeneration", "release", "history", "lastAttempt", "maintenance", "plan", "chart", "rollout"}
     ),
     Owner.WORKLOADS: frozenset(),
     Owner.DRIFT: frozenset(),
-    Owner.DAY2: frozenset({"day2"}),  # only status.day2.problems: the hooks write the rest of day2
+    Owner.DAY2: frozenset({"day2"}),
+    Owner.SCHEDULES: frozenset({"day2"}),
+    Owner.ACTIONS: frozenset({"day2"}),
+    Owner.STAGES: frozenset({"day2"}),
+    Owner.HOOK_MODULE: frozenset({"day2"}),
+    Owner.ROLLOUT: frozenset({EVERY_FIELD}),
+}
+# Who owns which key of ``status.day2``: each engine its own, the health its problems; every other
+# key is the hook module's (and a hook module may not write these).
+OWNS_DAY2: Mapping[Owner, frozenset[str]] = {
+    Owner.DAY2: frozenset({"problems"}),
+    Owner.SCHEDULES: frozenset({"schedules"}),
+    Owner.ACTIONS: frozenset({"lastAction"}),
+    Owner.STAGES: frozenset({"afterHooksPending"}),
 }
 
 
@@ -136,9 +159,22 @@ class Contribution:
 
     def __post_init__(self) -> None:
         foreign = [str(c.type) for c in self.conditions if c.type not in OWNS[self.owner]]
-        foreign += [f for f in self.fields if f not in OWNS_FIELDS[self.owner]]
+        fields = OWNS_FIELDS[self.owner]
+        foreign += [f for f in self.fields if f not in fields and EVERY_FIELD not in fields]
+        day2 = self.fields.get("day2")
+        if isinstance(day2, Mapping) and EVERY_FIELD not in fields:
+            mine, taken = OWNS_DAY2.get(self.owner), frozenset().union(*OWNS_DAY2.values())
+            foreign += [f"day2.{k}" for k in day2 if (k not in mine if mine is not None else k in taken)]
         if foreign:
             raise ValueError(f"{self.owner} does not own {', '.join(foreign)}")
+
+
+def fields_patch(contribution: Contribution) -> dict[str, Any]:
+    """The merge patch of ``.status`` from a contribution of status fields alone (no conditions
+    to compose): how an engine writes the part of ``status.day2`` it owns."""
+    if contribution.conditions:
+        raise ValueError(f"{contribution.owner}: conditions are composed by status_patch_of")
+    return dict(contribution.fields)
 
 
 def compose(

@@ -25,6 +25,7 @@ from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.metrics import ROLLOUT_RESOURCES, ROLLOUT_WAVE
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch, selector_matches, selector_query
+from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.naming import (
     ROLLOUT_ANNOTATION,
     ROLLOUT_GROUP,
@@ -151,7 +152,7 @@ class Driver:
         before = obj.get("status") or {}
         if status != before:  # a merge patch: what the new status no longer has is removed
             patch = {**dict.fromkeys(k for k in before if k not in status), **status}
-            await asyncio.to_thread(self.kube.patch_status, ref, PLURAL, patch)
+            await self.reporter.status(ref, PLURAL, fields_patch(Contribution(Owner.ROLLOUT, fields=patch)))
         if step.events:
             for _, _, message in step.events:
                 log.info("%s: %s", object_name(watch), message)

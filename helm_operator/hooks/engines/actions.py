@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.metrics import DAY2_RUNS
 from helm_operator.config.watches import Watch
+from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.naming import ACTION_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks.engines.shared import NOW, Shared
@@ -91,7 +92,7 @@ class Actions:
                 "startTime": rfc3339(NOW()),
                 "acknowledged": None,  # merge patch: the previous request's flag goes
             }
-            await shared.reporter.status(ref, watch.served_plural, {"day2": {"lastAction": last}})
+            await shared.reporter.status(ref, watch.served_plural, _last_action(last))
         if hook is None:
             known = ", ".join(sorted(h.verb for h in hooks.actions)) or "none"
             result = HookResult(
@@ -115,7 +116,7 @@ class Actions:
             completionTime=rfc3339(NOW()),
             message=result.message or f"{request} done",
         )
-        await shared.reporter.status(ref, watch.served_plural, {"day2": {"lastAction": last}})
+        await shared.reporter.status(ref, watch.served_plural, _last_action(last))
         if result.ok:
             await shared.reporter.events(
                 ref, [Event.normal(Reason.ACTION_SUCCEEDED, f"{request}: run {run_as} succeeded")]
@@ -145,6 +146,11 @@ class Actions:
             if exc.status == 409:  # changed in between: look again
                 return 0.0
             raise
-        done = {"day2": {"lastAction": {"acknowledged": True}}}
+        done = _last_action({"acknowledged": True})
         await self.shared.reporter.status(self.shared.ref(watch, fresh), watch.served_plural, done)
         return None
+
+
+def _last_action(last: Mapping[str, Any]) -> dict[str, Any]:
+    """The patch of ``status.day2.lastAction``, the part of the status this engine owns."""
+    return fields_patch(Contribution(Owner.ACTIONS, fields={"day2": {"lastAction": dict(last)}}))

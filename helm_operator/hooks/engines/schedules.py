@@ -16,6 +16,7 @@ from typing import Any
 
 from helm_operator.adapters.metrics import DAY2_RUNS
 from helm_operator.config.watches import Watch
+from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks.engines.shared import NOW, Shared
 from helm_operator.hooks.engines.specs import schedule_of
@@ -90,7 +91,9 @@ class Schedules:
     async def _save(
         self, watch: Watch, body: Mapping[str, Any], hook: ScheduleHook, fields: Mapping[str, Any]
     ) -> None:
-        patch = {"day2": {"schedules": {hook.name: dict(fields)}}}
+        patch = fields_patch(
+            Contribution(Owner.SCHEDULES, fields={"day2": {"schedules": {hook.name: dict(fields)}}})
+        )
         await self.shared.reporter.status(self.shared.ref(watch, body), watch.served_plural, patch)
 
     async def _run(

@@ -15,7 +15,7 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import status_patch_of
+from helm_operator.core.conditions import Contribution, Owner, fields_patch, status_patch_of
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.vocabulary import Event
 from helm_operator.drift.check import manifest_objects
@@ -44,7 +44,8 @@ class _Status:
     async def save(self, day2: Mapping[str, Any]) -> None:
         if DRIFT_PAUSED in day2:
             self.shared.pause(self.owner, day2[DRIFT_PAUSED])
-        await self.shared.reporter.status(self.ref, self.watch.served_plural, {"day2": dict(day2)})
+        mine = fields_patch(Contribution(Owner.HOOK_MODULE, fields={"day2": dict(day2)}))
+        await self.shared.reporter.status(self.ref, self.watch.served_plural, mine)
 
 
 class _Events:

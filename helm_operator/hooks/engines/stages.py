@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import parse_rfc3339
+from helm_operator.core.conditions import Contribution, Owner, fields_patch, parse_rfc3339
 from helm_operator.core.naming import FORCE_UNINSTALL_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks.engines.shared import Shared
@@ -89,7 +89,8 @@ class Stages:
         changes (what this process wrote last, else what the status says)."""
         if self._written.get(owner, _pending_in(body)) == stage:
             return
-        ref, patch = self.shared.ref(watch, body), {"day2": {PENDING: stage}}
+        ref = self.shared.ref(watch, body)
+        patch = fields_patch(Contribution(Owner.STAGES, fields={"day2": {PENDING: stage}}))
         try:
             await self.shared.reporter.status(ref, watch.served_plural, patch)
             self._written[owner] = stage
