@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -63,6 +64,7 @@ class Reporter:
                     return False
                 if exc.status == 409 and attempt < CONFLICT_ATTEMPTS:
                     log.debug("status of %s/%s changed meanwhile; composing again", ref.namespace, ref.name)
+                    await asyncio.sleep(random.uniform(0.05, 0.2) * attempt)  # other writers go first
                     continue
                 raise
             return True

@@ -239,7 +239,7 @@ class DriftScheduler:
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return
             ref = ObjectRef(watch.api_version, watch.kind, name, namespace, body["metadata"]["uid"])
-            generation = int(body["metadata"].get("generation") or 0)
+            generation = running(body)
             current = (body.get("status") or {}).get("conditions", [])
             self.checker.seed_paused(ident.owner, (body.get("status") or {}).get("day2"))
             annotations = body["metadata"].get("annotations") or {}
@@ -259,8 +259,17 @@ class DriftScheduler:
             def patch_of(now: Mapping[str, Any]) -> dict[str, Any] | None:
                 # On the conditions as they are now: a hook beside Helm may have written since.
                 conditions = (now.get("status") or {}).get("conditions", [])
-                patch = status_patch_of({"conditions": conditions}, said, generation, time.time())
+                patch = status_patch_of({"conditions": conditions}, said, running(now), time.time())
                 changed = corrected or patch.get("conditions", conditions) != conditions
                 return patch if changed else None  # corrected: replace "Correcting"
 
             await self.checker.reporter.compose(ref, watch.served_plural, patch_of)
+
+
+def running(body: Mapping[str, Any]) -> int:
+    """The generation what a check reads (the live objects, their readiness) speaks for: the one
+    the reconcile last observed while it lags the resource's — a change a gate holds, or one not
+    reconciled yet, is not what runs, and must not read as Ready (``kubectl wait`` compares)."""
+    generation = int(body["metadata"].get("generation") or 0)
+    observed = (body.get("status") or {}).get("observedGeneration")
+    return observed if isinstance(observed, int) and 0 < observed < generation else generation

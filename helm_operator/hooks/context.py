@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from helm_operator.core.conditions import OWNS_DAY2
 from helm_operator.core.naming import OWNER_LABEL, owner_id, release_name
 from helm_operator.core.vocabulary import Event, EventType
 
@@ -129,6 +130,15 @@ class EventSink(Protocol):
     async def post(self, event: Event) -> None: ...
 
 
+def _own(key: str) -> None:
+    """A hook module records its own keys; the engines' and the health's are theirs."""
+    owner = next((o for o, keys in OWNS_DAY2.items() if key in keys), None)
+    if owner is not None:
+        raise ValueError(
+            f"status.day2.{key} is written by the operator ({owner}), not by a hook: use another key"
+        )
+
+
 class Day2Status(MutableMapping[str, Any]):
     """``status.day2`` of the resource: read it like a dict, change keys, ``await save()``.
 
@@ -145,6 +155,7 @@ class Day2Status(MutableMapping[str, Any]):
         return self._data[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
+        _own(key)
         self._data[key] = value
         self._dirty.add(key)
 

@@ -162,7 +162,17 @@ def member_of(body: Mapping[str, Any], current: str, mark: Mark | None) -> Membe
     ready: Mapping[str, Any] = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
     )
-    fresh = status.get("observedGeneration") == meta.get("generation")
+    # Written by a turn on its current generation: the Reconciling condition always speaks of it
+    # (observedGeneration stays on the running release's while a gate holds a spec change).
+    turned = next(
+        (
+            c.get("observedGeneration")
+            for c in status.get("conditions") or []
+            if c.get("type") == "Reconciling"
+        ),
+        status.get("observedGeneration"),
+    )
+    fresh = turned == meta.get("generation")
     on_it = mine.get("rollout") == current and fresh
     updated = (
         on_it and mine.get("state") == UPDATED and mine.get("running") == mine.get("target")

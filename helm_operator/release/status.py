@@ -34,12 +34,14 @@ def status_patch(
 
 def running_generation(current: Mapping[str, Any], outcome: Outcome, generation: int) -> int:
     """The generation the running release speaks for: ``generation``, except while a gate holds
-    its change — then the one last applied (``status.observedGeneration`` stays there, so kstatus
-    reads the held generation as in progress and ``kubectl wait --for=condition=Ready`` waits)."""
-    observed = current.get("observedGeneration")
-    if outcome.held and isinstance(observed, int) and 0 < observed < generation:
-        return observed
-    return generation
+    its change — then the one its revision was made from (``status.release.generation``; a status
+    written before that field existed: ``observedGeneration``). ``observedGeneration`` stays there,
+    so kstatus reads the held generation as in progress and ``kubectl wait --for=condition=Ready``
+    waits for it; a generation that failed or waited for a dependency meanwhile was never made."""
+    if not outcome.held:
+        return generation
+    made = (current.get("release") or {}).get("generation", current.get("observedGeneration"))
+    return made if isinstance(made, int) and 0 < made < generation else generation
 
 
 def release_contributions(
@@ -109,6 +111,8 @@ def release_contributions(
         )
         if outcome.action:
             record.update({"lastAction": outcome.action, "lastActionTime": rfc3339(now)})
+        if ok and not outcome.held:  # the revision runs this generation's spec
+            record["generation"] = generation
         patch["release"] = record
     if outcome.action:
         entry = {

@@ -163,8 +163,11 @@ async def deletion_waits(
         rt.day2.health.seed(owner, status.get("day2"))
         rt.day2.health.report(owner, "uninstall", r.problem)
         said.append(rt.day2.health.contribution(owner, None))  # the problems are always written
-    patch = status_patch_of(status, said, generation, time.time())
-    await rt.reporter.status(ref, watch.served_plural, patch)
+
+    def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:  # hooks beside Helm may write meanwhile
+        return status_patch_of(now.get("status") or {}, said, generation, time.time())
+
+    await rt.reporter.compose(ref, watch.served_plural, patch_of)
     etype = EventType.NORMAL if r.waiting else EventType.WARNING
     new = [] if says(before, r.message) else [Event(etype, r.reason, r.message)]
     await rt.reporter.events(ref, [*exc.events, *new])

@@ -732,8 +732,13 @@ async def _progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterat
         await asyncio.sleep(PROGRESS_GRACE)
         writing.set()
         ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
-        patch = progress_patch(cr.status, p.action.value, p.reason, cr.generation, time.time())
-        await rt.reporter.status(ref, cr.watch.served_plural, patch)
+
+        def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:  # hooks beside Helm may write meanwhile
+            return progress_patch(
+                now.get("status") or {}, p.action.value, p.reason, cr.generation, time.time()
+            )
+
+        await rt.reporter.compose(ref, cr.watch.served_plural, patch_of)
 
     task = asyncio.get_running_loop().create_task(announce())
     try:

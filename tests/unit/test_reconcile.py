@@ -120,6 +120,10 @@ class Reporter:
         self.patches.append(dict(patch))
         return True
 
+    async def compose(self, ref: Any, plural: str, patch_of: Any) -> bool:
+        patch = patch_of({"metadata": {"resourceVersion": "1"}, "status": {}})
+        return await self.status(ref, plural, patch) if patch else True
+
 
 def runtime(helm: FakeHelm) -> Runtime:
     kube: Any = SimpleNamespace(core=helm.storage, get_custom=lambda ref, plural: {"metadata": {}})

@@ -289,6 +289,14 @@ def test_resource_status_and_what_the_driver_reads_of_it() -> None:
     assert not member_of(body, "R3", None).updated, "updated for another rollout"
     body["metadata"]["generation"] = 3
     assert not member_of(body, "R", None).updated, "the status is older than the spec"
+    # Its own spec edit (generation 3) is held by a window: the turn for 3 ran (Reconciling speaks
+    # of it) while Ready and observedGeneration stay on 2's release, which runs the rollout's inputs.
+    held = [
+        {"type": "Ready", "status": "True", "reason": "UpgradePending", "observedGeneration": 2},
+        {"type": "Reconciling", "status": "True", "reason": "UpgradePending", "observedGeneration": 3},
+    ]
+    body["status"] = {**body["status"], "conditions": held}
+    assert member_of(body, "R", Mark("R", "w")).updated, "a held spec edit is not a failed wave"
 
 
 def test_the_pause_is_between_waves_never_before_the_first() -> None:

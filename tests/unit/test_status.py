@@ -43,6 +43,7 @@ def test_ready_outcome_sets_kstatus_conditions_and_release_record() -> None:
         "digest": "d",
         "lastAction": "install",
         "lastActionTime": "1970-01-01T00:00:00Z",
+        "generation": 4,  # the spec the revision was made from
     }
     assert p["history"][0]["action"] == "install" and p["history"][0]["result"] == "Succeeded"
 
@@ -209,3 +210,29 @@ def test_a_held_first_install_is_not_ready() -> None:
     """Nothing runs yet (an install that waits for approval): Ready=False, in progress."""
     held = status_patch({}, Outcome("progressing", "AwaitingApproval", "plan p1 waits", held=True), 1, 0)
     assert cond(held, "Ready")["status"] == "False" and cond(held, "Reconciling")["status"] == "True"
+
+
+def test_a_held_change_speaks_of_the_generation_the_revision_was_made_from() -> None:
+    """Not of the last generation looked at: generation 4 waited for a dependency and then failed
+    (both written for 4), and is now held by a window: Ready speaks of 3, the one revision 3 was
+    made from, and a wait for Ready keeps waiting."""
+    made = status_patch(
+        {}, Outcome("ready", "UpgradeSucceeded", "upgraded", action="upgrade", release=REL), 3, 0
+    )
+    waited = {
+        **made,
+        **status_patch(made, Outcome("progressing", "DependencyNotReady", "db not ready"), 4, 1),
+    }
+    failed = {
+        **waited,
+        **status_patch(waited, Outcome("failed", "UpgradeFailed", "boom", action="upgrade"), 4, 2),
+    }
+    assert failed["observedGeneration"] == 4 and failed["release"]["generation"] == 3
+    held = status_patch(failed, Outcome("ready", "UpgradePending", "waits", release=REL, held=True), 4, 3)
+    assert held["observedGeneration"] == 3 and cond(held, "Ready")["observedGeneration"] == 3
+    assert held["release"]["generation"] == 3
+    older = {k: v for k, v in made.items() if k != "release"}  # written before release.generation
+    assert (
+        status_patch(older, Outcome("ready", "UpgradePending", "w", held=True), 4, 4)["observedGeneration"]
+        == 3
+    )

@@ -11,6 +11,7 @@ import pytest
 
 from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.vocabulary import Condition, ConditionType
+from helm_operator.hooks.context import Day2Status
 
 PACKAGE = Path(__file__).resolve().parents[2] / "helm_operator"
 WRITER = PACKAGE / "adapters" / "report.py"
@@ -68,3 +69,11 @@ def test_the_owners_write_their_own_keys_and_the_rollout_its_whole_status() -> N
         Contribution(Owner.SCHEDULES, fields={"release": {}})
     with pytest.raises(ValueError, match="composed by status_patch_of"):
         fields_patch(Contribution(Owner.DAY2, (Condition(ConditionType.DAY2, True, "HooksSucceeded", ""),)))
+
+
+def test_a_hook_module_is_told_at_once_when_it_writes_a_key_it_does_not_own() -> None:
+    day2 = Day2Status({}, sink=None)  # type: ignore[arg-type]
+    day2["backups"] = []
+    with pytest.raises(ValueError, match=r"status.day2.schedules is written by the operator \(schedules\)"):
+        day2["schedules"] = {}
+    assert day2.changed == {"backups": []}

@@ -1,0 +1,66 @@
+"""``Reporter.compose``: a status written outside the release's lock is composed on the resource as
+it is at the write, under its resourceVersion, and composed again when another writer came first."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from helm_operator.adapters.kube import ObjectRef
+from helm_operator.adapters.report import Reporter
+
+REF = ObjectRef("test.helm-operator.io/v1", "Hooked", "a", "ns")
+
+
+class _Kube:
+    """Two writers: the reconcile writes Ready (resourceVersion 2) between the first read and
+    the first write; ``gone``: the resource is deleted instead."""
+
+    def __init__(self, gone: bool = False) -> None:
+        self.version, self.gone, self.written = 1, gone, []
+        self.conditions: list[dict[str, Any]] = [{"type": "Ready", "status": "False"}]
+
+    def get_custom(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
+        if self.gone and self.version > 1:
+            return None
+        body = {
+            "metadata": {"resourceVersion": str(self.version)},
+            "status": {"conditions": list(self.conditions)},
+        }
+        if self.version == 1:  # the reconcile's write lands right after this read
+            self.version, self.conditions = 2, [{"type": "Ready", "status": "True"}]
+        return body
+
+    def patch_status(
+        self, ref: ObjectRef, plural: str, status: Any, resource_version: str | None = None
+    ) -> None:
+        if resource_version != str(self.version):
+            raise ApiException(status=409, reason="Conflict")
+        self.written.append((resource_version, status))
+
+
+def _day2_beside(body: dict[str, Any]) -> dict[str, Any]:
+    """What a hook beside Helm writes: Day2, on the conditions it is given."""
+    return {"conditions": [*body["status"]["conditions"], {"type": "Day2", "status": "False"}]}
+
+
+def test_a_conflict_composes_again_on_what_the_other_writer_wrote() -> None:
+    kube = _Kube()
+    assert asyncio.run(Reporter(kube).compose(REF, "hookeds", _day2_beside))  # type: ignore[arg-type]
+    assert kube.written == [
+        ("2", {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Day2", "status": "False"}]})
+    ]
+
+
+def test_a_resource_gone_meanwhile_is_nothing_to_write() -> None:
+    kube = _Kube(gone=True)
+    assert not asyncio.run(Reporter(kube).compose(REF, "hookeds", _day2_beside))  # type: ignore[arg-type]
+    assert kube.written == []
+
+
+def test_nothing_to_say_writes_nothing() -> None:
+    kube = _Kube()
+    assert asyncio.run(Reporter(kube).compose(REF, "hookeds", lambda body: None))  # type: ignore[arg-type]
+    assert kube.written == []
