@@ -378,17 +378,34 @@ def resized(res: Resources, name: str, size: int) -> list[str] | None:
 # Beside it, a thread asks every endpoint for its raft term every $TERM_EVERY seconds (the highest
 # answered: it grows with every leader election); each read logs the latest.
 OBSERVER = r"""
-import base64, http.client, json, os, threading, time
+import base64, http.client, json, os, socket, threading, time
 
 ENDPOINTS = [url.split("//", 1)[1] for url in os.environ["ENDPOINTS"].split(",")]
 EVERY, TERM_EVERY, TIMEOUT = (float(os.environ[k]) for k in ("EVERY", "TERM_EVERY", "TIMEOUT"))
 RANGE = json.dumps({"key": base64.b64encode(b"k/000").decode()})
 term = 0
+# Each member's address, looked up apart (twice a second) as an etcd client keeps its endpoints'
+# connections: a read is bounded by TIMEOUT, a name lookup is not (a resolver that does not answer
+# blocks for its own 5 s), and that is the observer's stall, not the cluster's.
+addresses = {}
+looked_up = threading.Event()
+
+
+def resolve():
+    while True:
+        for endpoint in ENDPOINTS:
+            host, port = endpoint.rsplit(":", 1)
+            try:
+                addresses[endpoint] = (socket.gethostbyname(host), int(port))
+            except OSError:
+                addresses.pop(endpoint, None)  # its Pod is gone: a read there fails at once
+        looked_up.set()
+        time.sleep(0.5)
 
 
 def call(endpoint, path, body, timeout):
-    host, port = endpoint.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    host, port = addresses[endpoint]  # KeyError: not resolvable now, a failed read
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("POST", path, body, {"Content-Type": "application/json"})
         answer = conn.getresponse()
@@ -411,6 +428,8 @@ def terms():
         time.sleep(TERM_EVERY)
 
 
+threading.Thread(target=resolve, daemon=True).start()
+looked_up.wait()
 threading.Thread(target=terms, daemon=True).start()
 at = 0
 while True:
