@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.core.conditions import Contribution, status_patch_of
 from helm_operator.core.vocabulary import Event
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,17 @@ class Reporter:
                 raise
             return True
         raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    async def contribute(
+        self, ref: ObjectRef, plural: str, said: Sequence[Contribution], generation: int
+    ) -> bool:
+        """``said`` composed with the status as it is now and written (``compose``): how a writer
+        outside the release's lock (a hook beside Helm, a blocked uninstall) reports."""
+
+        def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:
+            return status_patch_of(now.get("status") or {}, said, generation, time.time())
+
+        return await self.compose(ref, plural, patch_of)
 
     async def events(self, ref: ObjectRef, events: Iterable[Event]) -> None:
         for etype, reason, message in events:

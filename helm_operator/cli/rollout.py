@@ -120,9 +120,10 @@ def abort(args: argparse.Namespace) -> int:
         current = (obj.get("status") or {}).get("rollout")
         if not current:
             raise UserError(f"{args.name} has no rollout to abort yet")
-        return {"abort": current}
+        return {"abort": current, "paused": False}  # a pause was of this rollout: the next starts moving
 
-    return _steer(args, change, "aborted: waves not started stay on the version they run")
+    said = "aborted: resources that did not move keep what they run until a change of their own"
+    return _steer(args, change, said)
 
 
 def crd(args: argparse.Namespace) -> int:

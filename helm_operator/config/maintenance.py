@@ -160,9 +160,23 @@ def from_annotation(text: str, base: Maintenance) -> Maintenance:
                 f"expected '<5-field cron> <duration> [<time zone>]' (e.g. '0 2 * * 6 4h Europe/Berlin'), "
                 f"or '{ALWAYS}'",
             )
+        if len(words) == 7 and _a_duration(words[6]):  # a duration last is never a time zone
+            raise WindowError(
+                (f"window {i + 1} {part!r}",),
+                f"its cron '{' '.join(words[:6])}' has 6 fields (seconds are not supported): expected "
+                f"'<5-field cron> <duration> [<time zone>]' (e.g. '0 2 * * 6 4h Europe/Berlin')",
+            )
         zone = words[6] if len(words) == 7 else "UTC"
         try:
             windows.append(window(" ".join(words[:5]), words[5], zone))
         except WindowError as exc:
             raise WindowError((f"window {i + 1} {part!r}", *exc.where), exc.message) from None
     return Maintenance(tuple(windows), base.drift)
+
+
+def _a_duration(word: str) -> bool:
+    try:
+        parse_duration(word)
+    except (ValueError, TypeError):
+        return False
+    return True

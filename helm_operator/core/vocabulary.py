@@ -67,6 +67,7 @@ class Reason(StrEnum):
     OUTSIDE_MAINTENANCE_WINDOW = "OutsideMaintenanceWindow"
     NOTHING_PENDING = "NothingPending"
     WINDOW_OVERRIDDEN = "WindowOverridden"
+    WINDOW_OVERRIDE_SPENT = "WindowOverrideSpent"
     INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
     CHART_VERSION_NOT_SERVED = "ChartVersionNotServed"
     # plan and approve

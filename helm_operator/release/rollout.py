@@ -30,6 +30,7 @@ from helm_operator.core.vocabulary import EventType, Reason
 Phase = Literal["Progressing", "Paused", "Halted", "Complete", "Aborted"]
 # What a resource reports of itself (status.rollout.state).
 UPDATED, WAITING, FAILED, ROLLED_BACK = "Updated", "Waiting", "Failed", "RolledBack"
+WAITING_NAMED = 5  # resources a wave's message names as holding it up
 
 
 def fleet_digest(chart_name: str, chart_version: str, chart_digest: str, overrides: Mapping[str, Any]) -> str:
@@ -88,12 +89,21 @@ class Admission:
 
 
 def admission(
-    governed: bool, running: str | None, target: str, current: str, mark: Mark | None, phase: str | None
+    governed: bool,
+    running: str | None,
+    target: str,
+    current: str,
+    mark: Mark | None,
+    phase: str | None,
+    own_change: bool = False,
 ) -> Admission:
     """``governed``: the decided action is an upgrade; ``running``: the fleet inputs of the running
     release (None: made before rollouts were tracked); ``target``: what this resource's release
     would be made from now; ``current``: the watch's rollout id; ``mark``: what the driver wrote
-    on it; ``phase``: the watch's rollout as its object says (None: not read, or none yet)."""
+    on it; ``phase``: the watch's rollout as its object says (None: not read, or none yet);
+    ``own_change``: the resource's spec changed since its running release was made. After an
+    abort a resource that never moved keeps what it runs, until a change of its own (which can
+    only be made with the inputs the watch serves now)."""
     ours = mark is not None and mark.rollout == current
     if ours and mark is not None and mark.rollback:
         if running == target:
@@ -108,7 +118,11 @@ def admission(
     if phase == "Complete":
         return Admission()  # a latecomer: the rollout is done, nothing to stage it against
     if phase == "Aborted":
-        return Admission(proceed=False, waiting=f"rollout {current} was aborted")
+        if own_change:
+            return Admission()
+        return Admission(
+            proceed=False, waiting=f"rollout {current} was aborted (a change of its own spec applies it)"
+        )
     if phase is None:
         return Admission(proceed=False, waiting=f"rollout {current} has not started")
     return Admission(proceed=False, waiting=f"it waits for its wave of rollout {current}")
@@ -152,6 +166,7 @@ class Member:
     mark: Mark | None = None
     updated: bool = False  # runs the rollout's inputs, Ready on the current generation
     failed: str | None = None  # why its change failed (None: not failed)
+    waits: str | None = None  # what it says it waits for while not updated (a window, an approval)
 
 
 def member_of(body: Mapping[str, Any], current: str, mark: Mark | None) -> Member:
@@ -180,7 +195,14 @@ def member_of(body: Mapping[str, Any], current: str, mark: Mark | None) -> Membe
     failed = None  # a failure reported under the mark it carries now (not an earlier try's)
     if on_it and mine.get("state") == FAILED and mark is not None and mine.get("mark") == mark.text():
         failed = f"{ready.get('reason', 'Failed')}: {ready.get('message', '')}"[:300]
-    return Member(key, dict(meta.get("labels") or {}), mark, bool(updated), failed)
+    waits = None
+    if not updated and failed is None:
+        reconciling: Mapping[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Reconciling"), {}
+        )
+        if reconciling.get("status") == "True" and reconciling.get("reason"):
+            waits = str(reconciling["reason"])
+    return Member(key, dict(meta.get("labels") or {}), mark, bool(updated), failed, waits)
 
 
 def _order(key: str) -> str:
@@ -260,7 +282,8 @@ def advance(
     if st.get("rollout") != current:
         st.clear()
         st.update(_fresh(policy, current, status.get("rollout"), int(spec.get("retries") or 0), now))
-        step.events.append((EventType.NORMAL, Reason.ROLLOUT_STARTED, f"rollout {current} started"))
+        paused = " paused (spec.paused is set: resume to go on)" if spec.get("paused") else ""
+        step.events.append((EventType.NORMAL, Reason.ROLLOUT_STARTED, f"rollout {current} started{paused}"))
     waves = assign(policy, members)
     names = list(waves)
     records = {w["name"]: w for w in st.get("waves") or []}
@@ -268,15 +291,18 @@ def advance(
     for rec in st["waves"]:
         group = waves[rec["name"]]
         rec.update(resources=len(group), updated=sum(m.updated for m in group))
-        rec["failed"] = sum(m.failed is not None for m in group)
-        if st.get("phase") == "Halted" and rec["name"] == st.get("wave"):  # rolled back, still failed
-            rec["failed"] = max(rec["failed"], len(st.get("failures") or []))
+        # Failures stay counted for the rollout: a rolled back, retried or later updated resource
+        # failed all the same.
+        rec["failed"] = max(int(rec.get("failed") or 0), sum(m.failed is not None for m in group))
     st["updated"] = f"{sum(m.updated for m in members)}/{len(members)}"
     phase = st.get("phase")
     if phase in ("Complete", "Aborted"):
         return step
     if spec.get("abort") == current:
-        st.update(phase="Aborted", message="aborted: waves not started stay on the version they run")
+        st.update(
+            phase="Aborted",
+            message="aborted: resources that did not move keep what they run until a change of their own",
+        )
         step.events.append((EventType.WARNING, Reason.ROLLOUT_ABORTED, f"rollout {current} aborted"))
         return step
     if phase == "Halted":
@@ -306,6 +332,17 @@ def advance(
         )
     _progress(policy, current, st, waves, names, now, step)
     return step
+
+
+def _waiting(group: Sequence[Member]) -> str:
+    """Who holds a wave up, each with what its ``Reconciling`` says (waiting for a window, an
+    approval, a dependency; or still upgrading)."""
+    held = sorted((m.key, m.waits) for m in group if not m.updated and m.failed is None and m.waits)
+    if not held:
+        return ""
+    named = ", ".join(f"{key} ({why})" for key, why in held[:WAITING_NAMED])
+    more = f" and {len(held) - WAITING_NAMED} more" if len(held) > WAITING_NAMED else ""
+    return f"; not updated yet: {named}{more}"
 
 
 def _progress(
@@ -344,24 +381,26 @@ def _progress(
             deadline = f"not Ready on the new version within {policy.progress_deadline:.0f}s"
             failures.update({m.key: deadline for m in group if not m.updated and m.key not in failures})
         if len(failures) > policy.max_failures:
+            back = "what of it runs the new inputs goes back to what it ran before"
             st.update(
                 phase="Halted",
                 failures=[{"resource": k, "message": v} for k, v in sorted(failures.items())],
                 message=(
-                    f"wave {name}: {len(failures)} failed (at most {policy.max_failures} allowed); it is "
-                    "rolled back, the waves after it did not start"
+                    f"wave {name}: {len(failures)} failed (at most {policy.max_failures} allowed); "
+                    f"{back}, the waves after it do not start"
                 ),
             )
+            rec["failed"] = max(rec["failed"], len(failures))  # those past the deadline too
             rec.pop("readyAt", None)
             for m in group:
                 step.marks[m.key] = Mark(current, name, rollback=True, attempt=admit.attempt)
             who = ", ".join(sorted(failures)[:10])
-            say = f"rollout {current} halted: wave {name} had {len(failures)} failed ({who}); rolled back"
+            say = f"rollout {current} halted: wave {name} had {len(failures)} failed ({who}); {back}"
             step.events.append((EventType.WARNING, Reason.ROLLOUT_HALTED, say))
             return
         if not all(m.updated for m in group):
             rec.pop("readyAt", None)
-            st["message"] = f"wave {name}: {rec['updated']}/{len(group)} updated and Ready"
+            st["message"] = f"wave {name}: {rec['updated']}/{len(group)} updated and Ready" + _waiting(group)
             return
         ready_at = _time(rec.get("readyAt")) or now
         rec["readyAt"] = _stamp(ready_at)

@@ -40,8 +40,15 @@ def running_generation(current: Mapping[str, Any], outcome: Outcome, generation:
     waits for it; a generation that failed or waited for a dependency meanwhile was never made."""
     if not outcome.held:
         return generation
+    made = made_from(current)
+    return made if made is not None and made < generation else generation
+
+
+def made_from(current: Mapping[str, Any]) -> int | None:
+    """The generation the running release was made from, as the status records it (None: not
+    recorded)."""
     made = (current.get("release") or {}).get("generation", current.get("observedGeneration"))
-    return made if isinstance(made, int) and 0 < made < generation else generation
+    return made if isinstance(made, int) and made > 0 else None
 
 
 def release_contributions(

@@ -5,8 +5,9 @@ Only a change to a release that runs waits for a window: an upgrade. A first ins
 runs yet), the repair of a failed first install, unlocking a stuck release and rolling back a
 failed upgrade are not changes a window protects, and go at once. While a change waits, ``Ready``
 keeps saying how the running release is; ``UpgradePending`` names the next opening. The
-annotation ``helm-operator.io/apply-outside-window`` lets a change through once per new value:
-the value used is recorded in ``status.maintenance.lastOverride``.
+annotation ``helm-operator.io/apply-outside-window`` lets a change that waits through once per new
+value: the value is recorded in ``status.maintenance.lastOverride`` (``applied: false`` when it
+came while nothing waited: it is spent then, not kept for a later change).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Gate:
     proceed: bool = True
     opens: dt.datetime | None = None  # waiting: when the next window opens
     override: str | None = None  # the override value this turn's action uses (to record)
+    spent: bool = False  # the override came while nothing waited: recorded, applied to nothing
 
 
 def effective(base: Maintenance, annotations: Mapping[str, str]) -> Maintenance:
@@ -57,12 +59,15 @@ def gate(
     status: Mapping[str, Any],
 ) -> Gate:
     """May ``action`` run at ``now``? An override is used once: a value already recorded as used
-    does not let the next change through."""
-    if action not in WAITS_FOR_A_WINDOW or maintenance.open_at(now):
-        return Gate(maintenance)
+    does not let the next change through, and one given while nothing waits is spent then (it
+    never stays armed for a change made later)."""
     override = annotations.get(WINDOW_OVERRIDE_ANNOTATION)
-    if override and override != used_override(status):
-        return Gate(maintenance, override=override)
+    fresh = override if override and override != used_override(status) else None
+    if action not in WAITS_FOR_A_WINDOW or maintenance.open_at(now):
+        spent = fresh is not None and maintenance.limited
+        return Gate(maintenance, override=fresh, spent=True) if spent else Gate(maintenance)
+    if fresh is not None:
+        return Gate(maintenance, override=fresh)
     return Gate(maintenance, proceed=False, opens=maintenance.next_opening(now))
 
 
@@ -92,7 +97,7 @@ def contribution(status: Mapping[str, Any], g: Gate, message: str, now: dt.datet
         "pendingSince": None if g.proceed else before.get("pendingSince") or stamp,
     }
     if g.override is not None:
-        said["lastOverride"] = {"value": g.override, "time": stamp}
+        said["lastOverride"] = {"value": g.override, "time": stamp, "applied": not g.spent}
     if g.proceed:
         condition = Condition(
             ConditionType.UPGRADE_PENDING, False, Reason.NOTHING_PENDING, "no change waits for a window"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +20,7 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Contribution, Owner, says, status_patch_of
+from helm_operator.core.conditions import Contribution, Owner, says
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import manifest_ids
@@ -164,10 +163,9 @@ async def deletion_waits(
         rt.day2.health.report(owner, "uninstall", r.problem)
         said.append(rt.day2.health.contribution(owner, None))  # the problems are always written
 
-    def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:  # hooks beside Helm may write meanwhile
-        return status_patch_of(now.get("status") or {}, said, generation, time.time())
-
-    await rt.reporter.compose(ref, watch.served_plural, patch_of)
+    await rt.reporter.contribute(
+        ref, watch.served_plural, said, generation
+    )  # hooks beside Helm may write meanwhile
     etype = EventType.NORMAL if r.waiting else EventType.WARNING
     new = [] if says(before, r.message) else [Event(etype, r.reason, r.message)]
     await rt.reporter.events(ref, [*exc.events, *new])

@@ -92,7 +92,9 @@ async def hold(
     kube: Kube, dependents: Dependents, cr: Resource, action: Action
 ) -> tuple[Outcome, float] | None:
     """Why Helm may not act for ``cr`` yet, and when to look again (None: it may). Records what
-    the resource depends on, for the order of uninstalls."""
+    the resource depends on, for the order of uninstalls. A cycle stalls the resource whatever
+    the action: closed between two running releases, it is said when it closes, not at the
+    next change."""
     me = ref_of(cr)
     text = cr.annotations.get(DEPENDS_ON_ANNOTATION)
     try:
@@ -102,13 +104,13 @@ async def hold(
         message = f"annotation {DEPENDS_ON_ANNOTATION}: {exc}"
         return Outcome("stalled", Reason.INVALID_DEPENDENCY, message), RECHECK_CYCLE
     dependents.record(me, deps)
-    if not deps or action not in WAIT_FOR:
+    if not deps:
         return None
     unready, cycle = await asyncio.to_thread(_look, kube, me, deps)
     if cycle is not None:
         message = f"dependency cycle: {describe_cycle(cycle)}; change {DEPENDS_ON_ANNOTATION} of one of them"
         return Outcome("stalled", Reason.DEPENDENCY_CYCLE, message), RECHECK_CYCLE
-    if unready:
+    if unready and action in WAIT_FOR:
         message = (
             f"{action} waits for {len(unready)} dependenc{'y' if len(unready) == 1 else 'ies'}: "
             + "; ".join(unready)

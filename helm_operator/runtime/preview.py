@@ -15,6 +15,7 @@ translators get a client that refuses writes and a reporter that drops status an
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,12 +28,13 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
+from helm_operator.config.maintenance import WindowError
 from helm_operator.config.sharding import SHARD_LABEL
 from helm_operator.config.versions import PinError
 from helm_operator.config.watches import Watch, selector_matches, sharded
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.masking import mask
-from helm_operator.core.naming import CHART_VERSION_ANNOTATION
+from helm_operator.core.naming import APPROVE_ANNOTATION, CHART_VERSION_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.check import manifest_objects, mode_of
 from helm_operator.drift.diff import ignored_pointers, rules_for, without_ignored
@@ -61,9 +63,11 @@ from helm_operator.preview.plan import (
     resource_view,
     three_way_patch,
 )
+from helm_operator.release.approval import ApprovalError, judge, mode
 from helm_operator.release.outcome import Outcome
-from helm_operator.release.record import PENDING_STATUSES
+from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.state import Action, ReleaseState
+from helm_operator.release.windows import effective, gate, waiting_message
 from helm_operator.runtime.desired import Resource, Target, chart_for, desired
 from helm_operator.runtime.services import Runtime
 
@@ -190,7 +194,8 @@ class Previewer:
         if p.action is Action.NOTHING:
             assert release is not None
             return await self._in_sync(base, cr, target, manifest_objects(release))
-        return await self._with_helm(base, target, p.action)
+        found = await self._with_helm(base, target, p.action)
+        return replace(found, notes=(*found.notes, *_waits(cr, p.action, target, release)))
 
     async def release_changes(
         self, target: Target, action: Action
@@ -392,3 +397,25 @@ class Previewer:
             ) from None
         except ApiException as exc:
             raise PreviewError(f"{ref}: the API server refuses it: {api_message(exc)}") from None
+
+
+def _waits(cr: Resource, action: Action, target: Target, release: StoredRelease | None) -> tuple[str, ...]:
+    """What the change would wait for once applied: a maintenance window, an approval (as the
+    reconcile's gates decide; a bad annotation is the reconcile's own stall)."""
+    said = []
+    revision = release.revision if release else None
+    try:
+        windows = effective(cr.watch.maintenance, cr.annotations)
+        held = gate(action, windows, dt.datetime.now(dt.UTC), cr.annotations, cr.status)
+        if not held.proceed:
+            said.append(waiting_message(held, target.ident.name, revision))
+        verdict = judge(
+            mode(cr.watch.approval, cr.annotations), action, target.digest, revision, cr.annotations
+        )
+    except (WindowError, ApprovalError) as exc:
+        return (f"the operator will stall it: {exc}",)
+    if not verdict.proceed:
+        said.append(
+            f"approval: manual; nothing is applied until plan {verdict.id} is approved ({APPROVE_ANNOTATION})"
+        )
+    return tuple(said)

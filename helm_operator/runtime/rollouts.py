@@ -196,7 +196,8 @@ def _measure(watch: Watch, step: Step, members: Sequence[Member]) -> None:
     failed = sum(w.get("failed", 0) for w in st.get("waves") or [])
     ROLLOUT_RESOURCES.labels(watch=watch.key, state="updated").set(updated)
     ROLLOUT_RESOURCES.labels(watch=watch.key, state="failed").set(failed)
-    ROLLOUT_RESOURCES.labels(watch=watch.key, state="pending").set(len(members) - updated - failed)
+    pending = sum(not m.updated and m.failed is None for m in members)  # failures stay counted apart
+    ROLLOUT_RESOURCES.labels(watch=watch.key, state="pending").set(pending)
 
 
 def now() -> dt.datetime:

@@ -106,12 +106,9 @@ _KIND = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 
 PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
-    {
-        "name": "Reason",
-        "type": "string",
-        "priority": 1,
-        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
-    },
+    # Shown by default: a held change reads Ready True with the gate's reason (UpgradePending,
+    # AwaitingApproval, RolloutPending), and a plain `kubectl get` must tell it from a finished one.
+    {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
     {"name": "Revision", "type": "integer", "jsonPath": ".status.release.revision"},
     {"name": "Chart", "type": "string", "jsonPath": ".status.release.chartRef"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -1,6 +1,6 @@
 """Dependencies between resources on the local control plane: a resource waits for what it names
-to be ready, a cycle is reported by name, a bad entry is a precise stall, and uninstalls run in
-the reverse order."""
+to be ready, a cycle is reported by name (also one closed between running releases), a bad entry
+is a precise stall, and uninstalls run in the reverse order."""
 
 from __future__ import annotations
 
@@ -79,6 +79,15 @@ def test_a_cycle_is_named_and_released_once_it_is_broken(
     res.apply(tiny("d"))  # the annotation removed: the cycle is broken
     res.wait_condition(TINY, "d", "Ready", timeout=60)
     res.wait_condition(TINY, "c", "Ready", timeout=60)
+
+    # Closed again between two running releases (no Helm action is due): said when it closes.
+    res.apply(depending(tiny("d"), on("c")))
+    closed = res.wait_condition(TINY, "d", "Stalled", timeout=60)
+    assert closed["reason"] == "DependencyCycle", closed
+    assert "DependencyCycle" in reasons(res, "d")
+    assert releases(helm4, res.ns)["d"]["revision"] == "1", "the running release stays as it is"
+    res.apply(tiny("d"))  # broken again: uninstalls have an order
+    res.wait_condition(TINY, "d", "Stalled", status="False", timeout=60)
 
     res.apply(depending(tiny("e"), "Tiny/c"))
     bad = res.wait_condition(TINY, "e", "Stalled", timeout=60)

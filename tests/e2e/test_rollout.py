@@ -1,8 +1,10 @@
 """Staged rollouts on the local control plane: a fleet of 30 resources in three waves (by label,
 then the rest). A new chart version whose template breaks on the second wave's configuration
 halts the rollout after that wave: the wave is back on the old version, the third never moved,
-and the Rollout's status, the Events and the metrics say so. A good version then goes wave by
-wave, each wave only after the one before was Ready for ``minReadySeconds``; a pause holds it."""
+and the Rollout's status, the Events and the metrics say so. Aborted, it keeps its failures counted,
+lifts its pause, and lets a resource that never moved take a change of its own. A good version then
+goes wave by wave, each wave only after the one before was Ready for ``minReadySeconds``; a pause
+holds it, and a canary held by its own maintenance window is named as what holds its wave up."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from helm_operator.core.naming import WINDOWS_ANNOTATION
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
@@ -186,10 +189,47 @@ def test_a_fleet_rolls_out_wave_by_wave_halts_on_a_broken_wave_and_rolls_it_back
         assert seen[f'helm_operator_rollout_resources{{state="failed",watch="{WATCH_KEY}"}}'] == len(failed)
         told = cli(cluster, "status", TINY)
         assert told.returncode == 0 and "Halted" in told.stdout and sorted(failed)[0] in told.stdout, told
+
+        # Paused, then aborted: the pause goes with the rollout, the failures stay counted, and a
+        # resource that never moved keeps what it runs until a change of its own spec.
+        assert cli(cluster, "pause", TINY).returncode == 0
+        assert cli(cluster, "abort", TINY).returncode == 0
+        aborted = eventually(
+            lambda: (r := rollout(cluster)).get("status", {}).get("phase") == "Aborted" and r,
+            timeout=60,
+            what="the rollout aborted",
+        )
+        assert not aborted["spec"].get("paused"), aborted["spec"]
+        counted = {w["name"]: w.get("failed", 0) for w in aborted["status"]["waves"]}
+        assert counted["early"] == BROKEN, aborted["status"]
+        eventually(
+            lambda: (
+                metrics(op.metrics_port)[
+                    f'helm_operator_rollout_resources{{state="failed",watch="{WATCH_KEY}"}}'
+                ]
+                == BROKEN
+            ),
+            timeout=30,
+            what="the failures still counted by the metric",
+        )
+        res.apply(tiny("rest-1", message="its own change"))
+        eventually(
+            lambda: charts(helm4, ns)["rest-1"] == "tiny-0.2.0",
+            timeout=60,
+            what="rest-1's own change applied",
+        )
+        res.wait_condition(TINY, "rest-1", "Ready", timeout=60)
+        assert charts(helm4, ns)["rest-2"] == "tiny-0.1.0", "a resource without a change of its own stays"
         op.stop()
 
-        # A good version, paused first: nothing starts until it is resumed, then wave by wave.
+        # A good version, paused first: nothing starts until it is resumed, then wave by wave; a
+        # canary held by a maintenance window of its own holds its wave up, and the Rollout says so.
         assert cli(cluster, "pause", TINY).returncode == 0
+        held = tiny("canary-0")
+        held["metadata"].update(
+            labels={"ring": "canary"}, annotations={WINDOWS_ANNOTATION: "0 0 1 1 * 1m UTC"}
+        )
+        res.apply(held)
         v3 = chart_version(tmp_path, "0.3.0")
         op.watches = watches_file(tmp_path / "w3.yaml", v3)
         op.start()
@@ -200,6 +240,18 @@ def test_a_fleet_rolls_out_wave_by_wave_halts_on_a_broken_wave_and_rolls_it_back
         assert "tiny-0.3.0" not in charts(helm4, ns).values(), "a paused rollout starts no wave"
         resumed = cli(cluster, "resume", TINY)
         assert resumed.returncode == 0, resumed
+        holding = eventually(
+            lambda: (
+                "canary-0 (UpgradePending)" in (m := rollout(cluster).get("status", {}).get("message", ""))
+                and m
+            ),
+            timeout=120,
+            what="the Rollout naming the canary its window holds",
+        )
+        assert "wave canary: 2/3 updated" in holding, holding
+        released = tiny("canary-0")
+        released["metadata"]["labels"] = {"ring": "canary"}
+        res.apply(released)  # its window annotation removed: the wave goes on
         done = eventually(
             lambda: (r := rollout(cluster)).get("status", {}).get("phase") == "Complete" and r,
             timeout=300,

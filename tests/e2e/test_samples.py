@@ -192,8 +192,15 @@ def test_sample_crs_show_readiness_in_kubectl_get(operator: OperatorProcess, res
     )
     table = res.cluster.kubectl("get", "memcacheds.cache.example.com", "-n", res.ns).stdout
     header, row = table.splitlines()[:2]
-    assert header.split()[:4] == ["NAME", "READY", "REVISION", "CHART"]
-    assert row.split()[:4] == [cr["metadata"]["name"], "True", "1", "memcached-0.1.0"]  # as `helm list`
+    assert header.split()[:5] == ["NAME", "READY", "REASON", "REVISION", "CHART"]
+    reason = res.condition("memcacheds.cache.example.com", cr["metadata"]["name"], "Ready")["reason"]
+    assert row.split()[:5] == [
+        cr["metadata"]["name"],
+        "True",
+        reason,
+        "1",
+        "memcached-0.1.0",
+    ]  # as `helm list`
 
 
 def test_redis_enterprise_password_is_generated_once(

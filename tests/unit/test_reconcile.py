@@ -151,7 +151,7 @@ def test_install_then_nothing_to_do_without_a_helm_call() -> None:
 
 
 def test_a_slow_action_is_announced_before_its_outcome(monkeypatch: Any) -> None:
-    monkeypatch.setattr("helm_operator.runtime.reconcile.PROGRESS_GRACE", 0.01)
+    monkeypatch.setattr("helm_operator.runtime.acting.PROGRESS_GRACE", 0.01)
     helm = FakeHelm(Storage(), seconds=0.2)
     rt = runtime(helm)
     first = run(rt, cr({"message": "hi"}))

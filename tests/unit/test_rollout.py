@@ -332,3 +332,55 @@ def test_a_halted_wave_keeps_counting_its_failures_after_the_rollback() -> None:
     rolled_back = [Member(m.key, m.labels, Mark("R2", "canary", rollback=True)) for m in fleet]
     after = step_through(rolled_back, T0 + dt.timedelta(seconds=5), st).status
     assert after["phase"] == "Halted" and after["waves"][0]["failed"] == 2, after
+
+
+def test_failures_stay_counted_after_a_retry_and_after_completion() -> None:
+    fleet = members(2, canaries=2)
+    st = step_through(fleet, T0).status
+    failing = [Member(m.key, m.labels, Mark("R2", "canary"), False, "UpgradeFailed: x") for m in fleet]
+    st = step_through(failing, T0 + dt.timedelta(seconds=1), st).status
+    assert st["phase"] == "Halted" and st["waves"][0]["failed"] == 2
+    retried = [Member(m.key, m.labels, Mark("R2", "canary", attempt=1)) for m in fleet]
+    st = step_through(retried, T0 + dt.timedelta(seconds=2), st, retries=1).status
+    assert st["phase"] == "Progressing" and st["waves"][0]["failed"] == 2, (
+        "the try before failed all the same"
+    )
+    every = updated(retried, {m.key for m in fleet})
+    for s in range(1, 6):
+        st = step_through(every, T0 + dt.timedelta(seconds=2 + 31 * s), st, retries=1).status
+    assert st["phase"] == "Complete" and st["waves"][0]["failed"] == 2, st
+
+
+def test_a_wave_names_who_holds_it_up_and_what_each_waits_for() -> None:
+    fleet = members(3, canaries=3)
+    st = step_through(fleet, T0).status
+    waits = {"ns/r1": "UpgradePending", "ns/r2": "AwaitingApproval"}
+    held = [
+        Member(m.key, m.labels, Mark("R2", "canary"), m.key == "ns/r0", None, waits.get(m.key)) for m in fleet
+    ]
+    message = step_through(held, T0 + dt.timedelta(seconds=5), st).status["message"]
+    assert message == (
+        "wave canary: 1/3 updated and Ready; "
+        "not updated yet: ns/r1 (UpgradePending), ns/r2 (AwaitingApproval)"
+    )
+    body = {
+        "metadata": {"name": "r1", "namespace": "ns", "generation": 3},
+        "status": {"conditions": [{"type": "Reconciling", "status": "True", "reason": "UpgradePending"}]},
+    }
+    assert member_of(body, "R2", Mark("R2", "canary")).waits == "UpgradePending"
+
+
+def test_after_an_abort_a_resource_that_did_not_move_takes_only_a_change_of_its_own() -> None:
+    stays = admission(True, "old", "new", "R2", None, "Aborted")
+    assert not stays.proceed and "was aborted" in (stays.waiting or "")
+    assert admission(True, "old", "new", "R2", None, "Aborted", own_change=True).proceed
+    assert not admission(True, "old", "new", "R2", None, "Progressing", own_change=True).proceed, (
+        "while the rollout runs, its own change waits with the fleet's inputs for its wave"
+    )
+
+
+def test_a_rollout_that_starts_paused_says_why() -> None:
+    step = step_through(members(2), T0, paused=True)
+    started = next(m for _, r, m in step.events if r == Reason.ROLLOUT_STARTED)
+    assert started == "rollout R2 started paused (spec.paused is set: resume to go on)"
+    assert step.status["phase"] == "Paused"

@@ -143,6 +143,7 @@ def test_a_resource_replaces_its_watchs_windows_with_its_annotation() -> None:
         ("0 25 * * * 1h", "window 1 '0 25 * * * 1h'.schedule"),
         ("0 3 * * * 1h Nowhere/Town", "timeZone"),
         ("0 3 * * * -1h", "duration"),
+        ("0 0 2 * * * 1h", "its cron '0 0 2 * * *' has 6 fields (seconds are not supported)"),
     ],
 )
 def test_a_bad_annotation_says_which_window_and_why(text: str, words: str) -> None:
@@ -178,6 +179,26 @@ def test_an_override_lets_one_change_through_per_new_value() -> None:
     ).proceed  # used: the next one waits
     again = {"helm-operator.io/apply-outside-window": "ticket-43"}
     assert gate(Action.UPGRADE, windows, OUTSIDE, again, recorded).override == "ticket-43"
+
+
+def test_an_override_given_while_nothing_waits_is_spent_not_kept_for_a_later_change() -> None:
+    windows = Maintenance((SAT_02,))
+    annotations = {"helm-operator.io/apply-outside-window": "ticket-7"}
+    idle = gate(Action.NOTHING, windows, OUTSIDE, annotations, {})
+    assert idle.proceed and idle.spent and idle.override == "ticket-7"
+    said = contribution({}, idle, "", OUTSIDE)
+    assert said is not None
+    status = written({}, dict(said.fields))
+    assert status["maintenance"]["lastOverride"] == {
+        "value": "ticket-7",
+        "time": "2026-11-26T12:00:00Z",
+        "applied": False,
+    }
+    later = gate(Action.UPGRADE, windows, OUTSIDE, annotations, status)
+    assert not later.proceed, "a change made after it waits for its window"
+    assert not gate(Action.NOTHING, Maintenance(), OUTSIDE, annotations, {}).spent, (
+        "no windows: nothing to spend"
+    )
 
 
 def test_the_status_names_the_next_window_while_waiting_and_is_not_rewritten_when_nothing_changed() -> None:

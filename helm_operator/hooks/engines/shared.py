@@ -6,7 +6,6 @@ import asyncio
 import copy
 import datetime as dt
 import logging
-import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +14,7 @@ from helm_operator.adapters import storage
 from helm_operator.adapters.kube import Kube, ObjectRef
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Contribution, Owner, fields_patch, status_patch_of
+from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.vocabulary import Event
 from helm_operator.drift.check import manifest_objects
@@ -146,10 +145,6 @@ class Shared:
             await self.reporter.events(self.ref(watch, body), [Event.warning(result.reason, result.message)])
         generation = int(body["metadata"].get("generation") or 0)  # the one the hook saw
         contribution = self.health.contribution(owner, None)  # the problems are always written
-
-        def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:
-            # On the conditions as they are now: a hook may run beside Helm, outside the lock,
-            # for minutes, while a reconcile writes Ready (``body`` is what the hook read).
-            return status_patch_of(now.get("status") or {}, [contribution], generation, time.time())
-
-        await self.reporter.compose(self.ref(watch, body), watch.served_plural, patch_of)
+        # On the conditions as they are now: a hook may run beside Helm, outside the lock, for
+        # minutes, while a reconcile writes Ready (``body`` is what the hook read).
+        await self.reporter.contribute(self.ref(watch, body), watch.served_plural, [contribution], generation)

@@ -1,0 +1,100 @@
+"""What runs beside an action: its progress announced on the status, a drift correction
+announced before it starts, and a deletion noticed while Helm works."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+from helm_operator.adapters.kube import ObjectRef
+from helm_operator.core.conditions import status_patch_of
+from helm_operator.drift.diff import ObjectDrift
+from helm_operator.hooks.day2 import Day2
+from helm_operator.release.outcome import Outcome
+from helm_operator.release.state import Plan
+from helm_operator.release.status import progress_patch, release_contributions
+from helm_operator.runtime.desired import Resource
+from helm_operator.runtime.services import Runtime
+
+DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
+PROGRESS_GRACE = 3.0  # an action still running after this long is announced on the status
+
+
+@contextlib.asynccontextmanager
+async def progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterator[asyncio.Event]:
+    """Reconciling=True / Ready=Unknown for this generation once an action has run for
+    ``PROGRESS_GRACE`` (kstatus: in progress). A quicker action writes its outcome alone: for a
+    spec change, ``observedGeneration`` lags ``generation`` until then, which says "in progress"
+    just as well; an action with an unchanged spec (re-asserting a release changed by hand) keeps
+    the previous conditions for that second. Yields an event set once the announcement is (being)
+    written."""
+    writing = asyncio.Event()
+    if cr.uid is None:
+        yield writing
+        return
+
+    async def announce() -> None:
+        await asyncio.sleep(PROGRESS_GRACE)
+        writing.set()
+        ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
+
+        def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:  # hooks beside Helm may write meanwhile
+            return progress_patch(
+                now.get("status") or {}, p.action.value, p.reason, cr.generation, time.time()
+            )
+
+        await rt.reporter.compose(ref, cr.watch.served_plural, patch_of)
+
+    task = asyncio.get_running_loop().create_task(announce())
+    try:
+        yield writing
+    finally:
+        if writing.is_set():  # never let it land after the outcome: wait for the write
+            await asyncio.gather(task, return_exceptions=True)
+        else:
+            task.cancel()
+
+
+def correcting_announced(
+    rt: Runtime, cr: Resource, outcome: Outcome, hooks: Day2 | None
+) -> Callable[[tuple[ObjectDrift, ...]], Awaitable[None]]:
+    """What writes ``Drifted=True`` ("Correcting", with the paths) before a correction starts,
+    over the conditions as the release (``outcome``) and the day-2 hooks decide them so far."""
+    now, owner = time.time(), cr.ident.owner
+    said = release_contributions(cr.status, outcome, cr.generation, now)
+    if hooks is not None:
+        said.append(hooks.health.contribution(owner, cr.status.get("day2")))
+    so_far = status_patch_of(cr.status, said, cr.generation, now)["conditions"]
+    ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
+    return rt.drift.announcer(cr.watch, ref, so_far, cr.generation)
+
+
+@contextlib.asynccontextmanager
+async def deletion_watch(rt: Runtime, cr: Resource) -> AsyncIterator[asyncio.Event]:
+    """An event set as soon as the resource is marked for deletion (or gone) during an action.
+
+    kopf serialises the handlers of one object, so its delete handler cannot run while an install
+    waits; this poll lets the action stop helm at once instead of holding the deletion (and a helm
+    slot) for the whole Helm timeout.
+    """
+    abort = asyncio.Event()
+    ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace)
+
+    async def poll() -> None:
+        while not abort.is_set():
+            await asyncio.sleep(DELETION_POLL)
+            try:
+                body = await asyncio.to_thread(rt.kube.get_custom, ref, cr.watch.served_plural)
+            except Exception:  # an API hiccup is not a deletion
+                continue
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                abort.set()
+
+    task = asyncio.get_running_loop().create_task(poll())
+    try:
+        yield abort
+    finally:
+        task.cancel()
