@@ -86,6 +86,8 @@ class Reason(StrEnum):
     ROLLOUT_PENDING = "RolloutPending"  # Ready's reason while a change waits for the resource's wave
     ROLLOUT_ROLLED_BACK = "RolloutRolledBack"  # its wave failed: back on the version it ran before
     TEST_FAILED = "TestFailed"  # the chart's `helm test` hooks failed after an admitted upgrade
+    TEST_SUCCEEDED = "TestSucceeded"  # they passed: the revision counts for its wave
+    TEST_PENDING = "TestPending"  # upgraded; its tests run next
     ROLLOUT_STARTED = "RolloutStarted"
     WAVE_STARTED = "WaveStarted"
     WAVE_COMPLETED = "WaveCompleted"

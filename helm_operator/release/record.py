@@ -70,6 +70,9 @@ class StoredRelease:
     # helm call that made this revision (None: parse the manifest when they are needed).
     objects: tuple[ObjectId, ...] | None = field(default=None, repr=False, compare=False)
     fleet: str | None = None  # the fleet inputs it was made from (FLEET_LABEL); None: not recorded
+    # Every test hook of its chart passed its last run (True when it has none): what Helm records
+    # in the revision when `helm test` runs it.
+    tested: bool = True
 
     @property
     def by_hand(self) -> bool:
@@ -111,4 +114,15 @@ def from_body(
         rollback=description.startswith("Rollback to "),
         objects=objects,
         fleet=labels.get(FLEET_LABEL),
+        tested=passed_its_tests(body.get("hooks") or []),
     )
+
+
+TEST_EVENTS = frozenset({"test", "test-success"})  # Helm 2's name is still accepted by Helm
+
+
+def passed_its_tests(hooks: Any) -> bool:
+    """Whether each test hook of a release (Helm's ``hooks``, with ``events`` and ``last_run``)
+    succeeded when it last ran; a release without test hooks has nothing to fail."""
+    tests = [h for h in hooks if isinstance(h, Mapping) and TEST_EVENTS & set(h.get("events") or [])]
+    return all(((h.get("last_run") or {}).get("phase") or "") == "Succeeded" for h in tests)

@@ -23,6 +23,7 @@ class ReleaseState(StrEnum):
     FAILED = "Failed"
     UNMANAGED = "Unmanaged"
     IN_SYNC = "InSync"
+    UNTESTED = "Untested"  # in sync, and its chart's tests have not passed where they must
     DRIFTED = "Drifted"  # in sync with the desired release, but live objects differ from it
 
 
@@ -36,6 +37,7 @@ class Action(StrEnum):
     WAIT = "wait"  # a retry is due, but not yet (backoff)
     GIVE_UP = "give-up"  # retries for this digest are exhausted until the CR changes
     CORRECT_DRIFT = "correct-drift"  # re-assert the drifted live objects: no Helm, no new revision
+    TEST = "test"  # run the chart's test hooks (`helm test`): no new revision
 
     @property
     def helm(self) -> bool:
@@ -44,7 +46,7 @@ class Action(StrEnum):
         return self in _HELM_ACTIONS
 
 
-_HELM_ACTIONS = frozenset({Action.INSTALL, Action.UPGRADE, Action.ROLLBACK, Action.REINSTALL})
+_HELM_ACTIONS = frozenset({Action.INSTALL, Action.UPGRADE, Action.ROLLBACK, Action.REINSTALL, Action.TEST})
 DRIFT_MODES = ("enabled", "warn", "disabled")
 
 
@@ -71,9 +73,14 @@ class RetryPolicy:
 
 
 def determine_state(
-    release: StoredRelease | None, desired_digest: str, owner: str, drift: Drift | None = None
+    release: StoredRelease | None,
+    desired_digest: str,
+    owner: str,
+    drift: Drift | None = None,
+    test: bool = False,
 ) -> ReleaseState:
-    """``drift``: what a comparison of the live objects found (None: not compared)."""
+    """``drift``: what a comparison of the live objects found (None: not compared); ``test``: the
+    release must have passed its chart's tests (a staged rollout's wave gated on them)."""
     if release is None or release.status == "uninstalled":
         return ReleaseState.ABSENT
     if release.owner != owner:
@@ -84,6 +91,8 @@ def determine_state(
         in_sync = release.digest == desired_digest and not release.by_hand
         if not in_sync:
             return ReleaseState.OUT_OF_SYNC
+        if test and not release.tested:
+            return ReleaseState.UNTESTED
         return ReleaseState.DRIFTED if drift is not None and drift.objects else ReleaseState.IN_SYNC
     return ReleaseState.FAILED
 
@@ -122,6 +131,11 @@ def plan(
             candidate = Plan(Action.INSTALL, "release does not exist")
         case ReleaseState.OUT_OF_SYNC:
             candidate = Plan(Action.UPGRADE, "chart or values changed")
+        case ReleaseState.UNTESTED:
+            assert release is not None
+            candidate = Plan(
+                Action.TEST, f"the chart's tests have not passed for revision {release.revision}"
+            )
         case ReleaseState.FAILED:
             assert release is not None
             if not release.ever_deployed:

@@ -2,8 +2,8 @@
 
 ``plan`` decided *whether* and *which*; these only do it, record what they did, and remediate
 where the action says so (a failed install is cleaned up, a failed upgrade rolled back). The
-``ACTIONS`` table maps every acting ``Action`` to its function: the Helm actions, and the
-correction of drift (no Helm, no new revision).
+``ACTIONS`` table maps every acting ``Action`` to its function: the Helm actions (a test makes no
+new revision), and the correction of drift (no Helm, no new revision).
 """
 
 from __future__ import annotations
@@ -205,6 +205,34 @@ async def reinstall(ctx: ActionContext) -> Outcome:
     return await install(dataclasses.replace(ctx, before=None))  # its history is gone with it
 
 
+async def test(ctx: ActionContext) -> Outcome:
+    """The chart's test hooks (``helm test``) for a revision that must pass them: Helm records
+    how they went in the revision. A failure fails the change as a failed upgrade does: back to
+    the previous revision (with ``rollbackOnFailure``), counted by the failure memory."""
+    t, before = ctx.target, ctx.before
+    revision = before.revision if before else "?"
+    try:
+        await ctx.helm.test(t.ident.name, t.ident.namespace, timeout=t.watch.timeout)
+    except HelmError as exc:
+        remediation = await _rollback(ctx) if t.watch.rollback_on_failure else None
+        return Outcome(
+            "failed",
+            Reason.TEST_FAILED,
+            f"revision {revision}: helm test failed: {exc.message}",
+            action="test",
+            digest=t.digest,
+            remediation=remediation,
+            release=await storage.read(ctx.kube.core, t.ident),
+        )
+    return _succeeded(
+        "test",
+        Reason.TEST_SUCCEEDED,
+        "tests passed for revision",
+        await storage.read(ctx.kube.core, t.ident),
+        t,
+    )
+
+
 def up_to_date(release: StoredRelease | None, t: Target) -> Outcome:
     """The release is as desired (nothing to do, or its drifted objects re-asserted)."""
     revision = release.revision if release else "?"
@@ -231,4 +259,5 @@ ACTIONS: dict[Action, Callable[[ActionContext], Awaitable[Outcome]]] = {
     Action.REINSTALL: reinstall,
     Action.ROLLBACK: rollback,
     Action.CORRECT_DRIFT: correct_drift,
+    Action.TEST: test,
 }

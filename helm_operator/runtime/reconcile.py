@@ -42,7 +42,7 @@ from helm_operator.runtime.services import Runtime, Settled
 
 log = logging.getLogger(__name__)
 
-AFTER_HOOKS_LOOK_AGAIN = 1.0  # seconds: after the hooks of a translator's step, look again
+NEXT_STEP = 1.0  # seconds: look again for the next step (a translator's, the tests after an upgrade)
 
 
 async def reconcile(
@@ -131,13 +131,14 @@ async def _reconcile(
     if rt.releases:
         rt.releases.hold(ident.namespace, ident.name)
         fingerprint = rt.releases.fingerprint(ident.namespace, ident.name)
-    release, state, p = await _decide(rt, target, attempts, events)
+    must_test = gated_rollout.must_test(cr)
+    release, state, p = await _decide(rt, target, attempts, events, must_test)
     found = None
     if state is ReleaseState.IN_SYNC and rt.drift is not None:  # the safety net: every turn compares
         track()
         found = await rt.drift.observe(watch, cr.ident, cr.annotations)
         if found is not None:
-            state, p = _plan(rt, target, release, attempts, found.seen)
+            state, p = _plan(rt, target, release, attempts, found.seen, must_test)
     log.debug("%s/%s: state=%s plan=%s (%s)", cr.namespace, cr.name, state, p.action, p.reason)
     passage = await gates.through(gates.Change(rt, cr, target, release, p.action, chart, track))
     if passage.ended is not None:
@@ -167,8 +168,11 @@ async def _reconcile(
         scopes = await asyncio.to_thread(rt.discovery.scopes)
         async with progress_announced(rt, cr, p) as announced, deletion_watch(rt, cr) as abort:
             outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
-            if p.action is Action.UPGRADE and outcome.phase == "ready" and gated_rollout.tested(cr):
-                outcome = await gated_rollout.test_gate(rt, target, outcome)
+            if must_test and outcome.phase == "ready" and outcome.release and not outcome.release.tested:
+                said = f"{outcome.message}; its tests run next"  # the TEST action, on the next look
+                outcome = dataclasses.replace(
+                    outcome, phase="progressing", reason=Reason.TEST_PENDING, message=said
+                )
         if rt.releases is not None:
             rt.releases.forget(ident.namespace, ident.name)
             if outcome.release is not None:
@@ -181,7 +185,8 @@ async def _reconcile(
         outcome = await act(ctx)
         found = dataclasses.replace(found, corrected=True) if found is not None else None
     after = None
-    if hooks is not None and stage is not None and outcome.phase == "ready":
+    testing = outcome.reason is Reason.TEST_PENDING  # Helm's part is done; the tests come next
+    if hooks is not None and stage is not None and (outcome.phase == "ready" or testing):
         leave_slot()
         after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
         hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
@@ -195,7 +200,9 @@ async def _reconcile(
         # The translators rendered a step on the way to the spec (one etcd member more), which
         # the after hooks have just completed: look again at once for the next step rather than
         # at the next resync.
-        result = dataclasses.replace(result, wake_after=AFTER_HOOKS_LOOK_AGAIN)
+        result = dataclasses.replace(result, wake_after=NEXT_STEP)
+    if testing and result.wake_after is None:
+        result = dataclasses.replace(result, wake_after=NEXT_STEP)
     return dataclasses.replace(result, announced=announced.is_set(), drift=found, heard=passage.heard)
 
 
@@ -329,12 +336,12 @@ def _hook_failed(result: HookResult, digest: str | None) -> Result:
 
 
 async def _decide(
-    rt: Runtime, target: Target, attempts: Attempts, events: list[Event]
+    rt: Runtime, target: Target, attempts: Attempts, events: list[Event], must_test: bool
 ) -> tuple[StoredRelease | None, ReleaseState, Plan]:
     """Read Helm's storage and plan; a stale pending-* release is unlocked first, then re-planned."""
     for attempt in range(3):
         release = await storage.read(rt.kube.core, target.ident, rt.releases if attempt == 0 else None)
-        state, p = _plan(rt, target, release, attempts)
+        state, p = _plan(rt, target, release, attempts, None, must_test)
         if p.action is not Action.UNLOCK:
             break
         if rt.releases is not None:
@@ -347,10 +354,16 @@ async def _decide(
 
 
 def _plan(
-    rt: Runtime, target: Target, release: StoredRelease | None, attempts: Attempts, drift: Drift | None = None
+    rt: Runtime,
+    target: Target,
+    release: StoredRelease | None,
+    attempts: Attempts,
+    drift: Drift | None,
+    must_test: bool,
 ) -> tuple[ReleaseState, Plan]:
-    """The state and the action, from what was read (and what a comparison found, if any)."""
-    state = determine_state(release, target.digest, target.ident.owner, drift)
+    """The state and the action, from what was read (and what a comparison found, if any;
+    ``must_test``: its chart's tests must have passed)."""
+    state = determine_state(release, target.digest, target.ident.owner, drift, must_test)
     p = plan(
         state,
         release,

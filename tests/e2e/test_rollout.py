@@ -376,6 +376,7 @@ def test_a_wave_gated_on_helm_test_halts_when_the_chart_s_tests_fail_and_goes_on
         assert any(e["reason"] == "TestFailed" for e in res.events(some)), res.events(some)
         op.stop()
 
+        tests_before = sum(c.startswith("test gate-") for c in op.helm_calls())
         op.watches = watches("w3.yaml", with_test("0.3.0", TEST_JOB))
         op.start()
         eventually(
@@ -384,7 +385,12 @@ def test_a_wave_gated_on_helm_test_halts_when_the_chart_s_tests_fail_and_goes_on
             what="tests pass",
         )
         assert set(charts(helm4, ns).values()) == {"tiny-0.3.0"}, charts(helm4, ns)
-        assert "test gate-" in "\n".join(op.helm_calls()), "helm test ran"
+        for n in names:  # the TEST action, chosen because the new revision had not passed its tests
+            assert any(e["reason"] == "TestSucceeded" for e in res.events(n)), res.events(n)
+        resynced = op.resyncs()  # a resync of a tested release tests nothing again
+        eventually(lambda: op.resyncs() >= resynced + len(names), timeout=within(60), what="a resync of each")
+        tests = [c for c in op.helm_calls() if c.startswith("test gate-")]
+        assert len(tests) - tests_before == len(names), tests
     finally:
         op.stop()
         cluster.kubectl("delete", "rollouts.helm-operator.io", TINY, "--ignore-not-found", check=False)

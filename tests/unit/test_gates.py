@@ -29,7 +29,7 @@ from helm_operator.runtime.gates.gate import Change, Hold, Pass, Redirect
 from tests.unit.test_reconcile import CHART, WATCH, FakeHelm, Storage, runtime
 
 A = Action
-HELM = frozenset({A.INSTALL, A.UPGRADE, A.ROLLBACK, A.REINSTALL})
+HELM = frozenset({A.INSTALL, A.UPGRADE, A.ROLLBACK, A.REINSTALL, A.TEST})
 
 # Every gate, in the order it is asked, with the actions it may hold.
 TABLE: list[tuple[str, frozenset[Action]]] = [

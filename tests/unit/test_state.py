@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, REVISION_LABEL, owner_id, release_name
 from helm_operator.release.attempts import Attempts
-from helm_operator.release.record import StoredRelease, from_body
+from helm_operator.release.record import StoredRelease, from_body, passed_its_tests
 from helm_operator.release.state import (
     Action,
     Drift,
@@ -92,6 +94,7 @@ def test_every_state_is_covered_by_the_table() -> None:
         "Unmanaged",
         "InSync",
         "Drifted",
+        "Untested",
     }
 
 
@@ -137,6 +140,38 @@ def test_what_is_done_about_drift(drift: Drift, expected: Action) -> None:
         assert p == plan_drift(drift)
 
 
+def test_a_release_that_must_pass_its_tests_is_tested_before_anything_else_of_it() -> None:
+    """Flux's rule: an untested release is tested (a staged rollout's wave gated on ``helm test``);
+    a failed test is retried with the backoff of any failure and given up on the same way."""
+    untested = replace(rel(), tested=False)
+    assert determine_state(untested, DIGEST, OWNER) is ReleaseState.IN_SYNC, "no test asked for"
+    state = determine_state(untested, DIGEST, OWNER, Drift("enabled", objects=2), test=True)
+    assert state is ReleaseState.UNTESTED, "tested before its drift is corrected"
+    assert determine_state(rel(), DIGEST, OWNER, test=True) is ReleaseState.IN_SYNC  # passed
+    assert (
+        determine_state(replace(untested, digest="other"), DIGEST, OWNER, test=True)
+        is ReleaseState.OUT_OF_SYNC
+    )
+    first = plan(state, untested, DIGEST, NO_ATTEMPTS, now=0.0, rollback_on_failure=False)
+    assert first.action is Action.TEST and f"revision {untested.revision}" in first.reason
+    failed = Attempts(DIGEST, 1, last_attempt=100.0, action="test", reason="TestFailed")
+    waits = plan(state, untested, DIGEST, failed, now=101.0, rollback_on_failure=False)
+    assert waits.action is Action.WAIT and "retrying test" in waits.reason
+    many = replace(failed, failures=5)
+    assert plan(state, untested, DIGEST, many, now=1e9, rollback_on_failure=False).action is Action.GIVE_UP
+
+
+def test_a_revision_says_whether_its_passed_its_tests_as_helm_recorded_them() -> None:
+    def hook(events: list[str], phase: str | None) -> dict[str, Any]:
+        return {"name": "h", "events": events, **({"last_run": {"phase": phase}} if phase else {})}
+
+    assert passed_its_tests([])  # no test hooks: nothing to fail
+    assert passed_its_tests([hook(["post-install"], None)])
+    assert not passed_its_tests([hook(["test"], None)]), "never run"
+    assert not passed_its_tests([hook(["test"], "Succeeded"), hook(["test-success"], "Failed")])
+    assert passed_its_tests([hook(["test"], "Succeeded"), hook(["post-upgrade"], "Failed")])
+
+
 def test_a_paused_correction_says_why() -> None:
     assert "a failover runs" in plan_drift(Drift("enabled", 1, paused="a failover runs")).reason
     assert "'warn'" in plan_drift(Drift("warn", 1)).reason
@@ -151,6 +186,7 @@ def test_a_drift_correction_runs_no_helm_and_helm_actions_do() -> None:
         Action.UPGRADE,
         Action.ROLLBACK,
         Action.REINSTALL,
+        Action.TEST,  # no new revision, but helm runs: announced, held by a drain, told by an Event
     }
 
 

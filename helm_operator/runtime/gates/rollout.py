@@ -21,8 +21,8 @@ from helm_operator.release.rollout import Admission, Mark, admission, fleet_dige
 from helm_operator.release.state import Action
 from helm_operator.release.status import made_from
 from helm_operator.runtime import rollouts
-from helm_operator.runtime.actions import remediate, roll_back, up_to_date
-from helm_operator.runtime.desired import Resource, Target
+from helm_operator.runtime.actions import roll_back, up_to_date
+from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.gates.gate import Change, Hold, Pass, Redirect, as_is
 from helm_operator.runtime.result import Result
 from helm_operator.runtime.services import Runtime
@@ -143,31 +143,8 @@ async def _roll_back(change: Change) -> Result:
     return Result(outcome, events=(Event.warning(Reason.ROLLOUT_ROLLED_BACK, message),))
 
 
-def tested(cr: Resource) -> bool:
-    """An upgrade a rollout admitted, of a watch whose policy gates waves on ``helm test`` too."""
+def must_test(cr: Resource) -> bool:
+    """Whether the resource's release must pass its chart's tests: a rollout admitted it, and the
+    watch's policy gates waves on ``helm test`` too (the TEST action runs them)."""
     policy, marked = cr.watch.rollout, mark(cr)
     return policy is not None and policy.test and marked is not None and not marked.rollback
-
-
-async def test_gate(rt: Runtime, target: Target, upgraded: Outcome) -> Outcome:
-    """The chart's test hooks after an upgrade its wave admitted (a part of the upgrade, not a
-    gate before it). A failure fails the upgrade as
-    Helm's own failure would: the release goes back to its previous revision (with
-    ``rollbackOnFailure``) and the failure is what the rollout counts."""
-    ident, watch = target.ident, target.watch
-    try:
-        await rt.helm.test(ident.name, ident.namespace, timeout=watch.timeout)
-    except HelmError as exc:
-        revision = upgraded.release.revision if upgraded.release else "?"
-        remediation = await remediate(rt.helm, target) if watch.rollback_on_failure else None
-        if rt.releases is not None:
-            rt.releases.forget(ident.namespace, ident.name)
-        return dataclasses.replace(
-            upgraded,
-            phase="failed",
-            reason=Reason.TEST_FAILED,
-            message=f"revision {revision}: helm test failed: {exc.message}",
-            remediation=remediation,
-            release=await storage.read(rt.kube.core, ident),
-        )
-    return upgraded
