@@ -161,7 +161,7 @@ def apply_of(args: argparse.Namespace) -> Apply:
 
 
 async def _preview_all(app: Any, wanted: list[Wanted], apply: Apply) -> tuple[list[Any], list[str]]:
-    from helm_operator.runtime.preview import Previewer, PreviewError, read_only_day2
+    from helm_operator.runtime.previewer import Previewer, PreviewError, read_only_day2
 
     previewer = Previewer(app.runtime, read_only_day2(app.settings.hooks, app.kube), apply)
     previews, errors = [], []

@@ -7,7 +7,7 @@ watch hooks run as tasks of their own, so a backup that waits minutes for its Jo
 a kopf handler of another resource. What they did is written to ``status.day2`` and told by
 Events; the ``Day2`` condition is decided by one owner from everything that contributes to it
 (:mod:`helm_operator.hooks.health`), and written on the status as it is at that moment (a hook
-beside Helm runs outside the lock). The engines are in :mod:`helm_operator.hooks.engines`.
+beside Helm runs outside the lock). The engines are in :mod:`helm_operator.hooks._engines`.
 """
 
 from __future__ import annotations
@@ -20,20 +20,22 @@ from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.vocabulary import Event
+from helm_operator.hooks._engines.actions import Actions
+from helm_operator.hooks._engines.schedules import Schedules
+from helm_operator.hooks._engines.services import EngineServices
+from helm_operator.hooks._engines.specs import Specs, governs
+from helm_operator.hooks._engines.stages import Stages
+from helm_operator.hooks._engines.tasks import Tasks
+from helm_operator.hooks._engines.watches import WatchHooks
+from helm_operator.hooks._runner import HookResult
 from helm_operator.hooks.context import Context
-from helm_operator.hooks.engines.actions import Actions
-from helm_operator.hooks.engines.schedules import Schedules
-from helm_operator.hooks.engines.shared import Shared
-from helm_operator.hooks.engines.specs import Specs, governs
-from helm_operator.hooks.engines.stages import Stages
-from helm_operator.hooks.engines.tasks import Tasks
-from helm_operator.hooks.engines.watches import WatchHooks
 from helm_operator.hooks.health import Health
 from helm_operator.hooks.kubeclient import AsyncKube
 from helm_operator.hooks.registry import Hooks, Stage, When
-from helm_operator.hooks.runner import HookResult
 from helm_operator.release.identity import identify
 from helm_operator.release.record import StoredRelease
+
+__all__ = ["Day2", "HookResult"]  # what the runtime uses of the hooks (their engines are private)
 
 
 class Day2:
@@ -49,7 +51,7 @@ class Day2:
         client: Any = None,
         sharded: bool = False,
     ) -> None:
-        self.shared = Shared(hooks, kube, reporter, concurrency, client or AsyncKube(kube), pause)
+        self.shared = EngineServices(hooks, kube, reporter, concurrency, client or AsyncKube(kube), pause)
         self.tasks = Tasks(concurrency)
         self.stages = Stages(self.shared)
         self.specs = Specs(self.shared)

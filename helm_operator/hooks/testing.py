@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helm_operator.core.vocabulary import Event
+from helm_operator.hooks._runner import HookResult, run
 from helm_operator.hooks.builtin import jobs
 from helm_operator.hooks.context import Context, Day2Status, ExecFailed, Release, frozen, lookup, thawed
 from helm_operator.hooks.errors import InvalidSpec
@@ -39,7 +40,6 @@ from helm_operator.hooks.registry import (
     ValueHook,
     WatchHook,
 )
-from helm_operator.hooks.runner import HookResult, run
 from helm_operator.hooks.schedule import bounded, check_cron, check_interval, run_name, slot_at_or_before
 
 __all__ = [

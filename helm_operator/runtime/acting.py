@@ -59,14 +59,14 @@ async def progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterato
 
 
 def correcting_announced(
-    rt: Runtime, cr: Resource, outcome: Outcome, hooks: Day2 | None
+    rt: Runtime, cr: Resource, outcome: Outcome, day2: Day2 | None
 ) -> Callable[[tuple[ObjectDrift, ...]], Awaitable[None]]:
     """What writes ``Drifted=True`` ("Correcting", with the paths) before a correction starts,
     over the conditions as the release (``outcome``) and the day-2 hooks decide them so far."""
     now, owner = time.time(), cr.ident.owner
     said = release_contributions(cr.status, outcome, cr.generation, now)
-    if hooks is not None:
-        said.append(hooks.health.contribution(owner, cr.status.get("day2")))
+    if day2 is not None:
+        said.append(day2.health.contribution(owner, cr.status.get("day2")))
     so_far = status_patch_of(cr.status, said, cr.generation, now)["conditions"]
     ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
     return rt.drift.announcer(cr.watch, ref, so_far, cr.generation)

@@ -24,8 +24,7 @@ from helm_operator.core.naming import DIGEST_LABEL, FLEET_LABEL, OWNER_LABEL, RE
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 from helm_operator.core.values import digest, merge, user_values, validate
 from helm_operator.core.vocabulary import Reason
-from helm_operator.hooks.day2 import Day2
-from helm_operator.hooks.runner import HookResult
+from helm_operator.hooks.day2 import Day2, HookResult
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.rollout import fleet_digest

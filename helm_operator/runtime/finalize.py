@@ -24,7 +24,7 @@ from helm_operator.core.conditions import Contribution, Owner, says
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import manifest_ids
-from helm_operator.hooks.runner import HookResult
+from helm_operator.hooks.day2 import HookResult
 from helm_operator.release.dependencies import Ref
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.orphans import rendered_outside, sweep_kinds

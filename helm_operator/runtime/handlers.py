@@ -37,11 +37,11 @@ from helm_operator.release.identity import identify
 from helm_operator.runtime import logs
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.finalize import UninstallBlocked, UninstallFailed, deletion_waits, finalize
-from helm_operator.runtime.idle import unchanged
 from helm_operator.runtime.probes import Probes
 from helm_operator.runtime.reconcile import turn
 from helm_operator.runtime.resyncs import Resyncs
 from helm_operator.runtime.services import Runtime
+from helm_operator.runtime.settled import unchanged
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
 UNREACHABLE = "API server unreachable"

@@ -23,9 +23,8 @@ from helm_operator.core.conditions import Contribution, Owner, status_patch_of
 from helm_operator.core.naming import CHART_VERSION_ANNOTATION
 from helm_operator.core.values import user_values
 from helm_operator.core.vocabulary import Event, EventType, Reason
-from helm_operator.hooks.day2 import Day2
+from helm_operator.hooks.day2 import Day2, HookResult
 from helm_operator.hooks.registry import Stage
-from helm_operator.hooks.runner import HookResult
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import StoredRelease
@@ -33,12 +32,12 @@ from helm_operator.release.state import Action, Drift, Plan, ReleaseState, deter
 from helm_operator.release.status import release_contributions, running_generation
 from helm_operator.runtime import gates
 from helm_operator.runtime.acting import correcting_announced, deletion_watch, progress_announced
-from helm_operator.runtime.actions import ACTIONS, ActionContext, up_to_date
 from helm_operator.runtime.desired import Resource, Target, chart_for, chart_status, desired
 from helm_operator.runtime.gates import rollout as gated_rollout
-from helm_operator.runtime.idle import status_digest, written
+from helm_operator.runtime.release_actions import ACTIONS, ActionContext, up_to_date
 from helm_operator.runtime.result import Result, stall, stalled_before
 from helm_operator.runtime.services import Runtime, Settled
+from helm_operator.runtime.settled import status_digest, written
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +106,12 @@ async def _reconcile(
     watch = cr.watch
     key = cr.ident.key
     events: list[Event] = []
-    hooks = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
+    day2 = rt.day2 if rt.day2 is not None and rt.day2.of(watch) is not None else None
 
-    prepared = await desired(rt.kube, cr, chart_ref, chart, hooks, rt.discovery)
-    if hooks is not None:  # the translators' part of Day2
-        hooks.health.seed(cr.ident.owner, cr.status.get("day2"))
-        hooks.health.report(
+    prepared = await desired(rt.kube, cr, chart_ref, chart, day2, rt.discovery)
+    if day2 is not None:  # the translators' part of Day2
+        day2.health.seed(cr.ident.owner, cr.status.get("day2"))
+        day2.health.report(
             cr.ident.owner, "values", prepared.problem if isinstance(prepared, HookResult) else None
         )
     if isinstance(prepared, HookResult):
@@ -152,16 +151,16 @@ async def _reconcile(
         result = dataclasses.replace(
             _without_action(cr, target, release, state, p, attempts, events), drift=found, heard=passage.heard
         )
-        if hooks is not None and release is not None and state is ReleaseState.IN_SYNC:
-            result = await _after_hooks_again(hooks, cr, target, release, result, leave_slot)
-        if result.outcome.phase == "ready" and fingerprint is not None and hooks is None:
+        if day2 is not None and release is not None and state is ReleaseState.IN_SYNC:
+            result = await _after_hooks_again(day2, cr, target, release, result, leave_slot)
+        if result.outcome.phase == "ready" and fingerprint is not None and day2 is None:
             settled = Settled(cr.uid, cr.generation, chart, fingerprint, since)
             return dataclasses.replace(result, settled=settled)
         return result
     stage = HOOK_STAGE.get(p.action)
-    if hooks is not None and stage is not None:
-        before = await hooks.around("before", stage, watch, cr.body, target.values, release)
-        hooks.health.report(cr.ident.owner, f"before {stage}", before.problem)
+    if day2 is not None and stage is not None:
+        before = await day2.around("before", stage, watch, cr.body, target.values, release)
+        day2.health.report(cr.ident.owner, f"before {stage}", before.problem)
         if not before.ok:
             return _hook_failed(before, target.digest)
     if p.action.helm:
@@ -180,20 +179,20 @@ async def _reconcile(
     else:  # a drift correction: Drifted=True ("Correcting") is written before it starts
         announced = asyncio.Event()
         announced.set()
-        announce = correcting_announced(rt, cr, up_to_date(release, target), hooks)
+        announce = correcting_announced(rt, cr, up_to_date(release, target), day2)
         ctx = ActionContext(rt.helm, rt.kube, target, release, {}, drift=found, announce=announce)
         outcome = await act(ctx)
         found = dataclasses.replace(found, corrected=True) if found is not None else None
     after = None
     testing = outcome.reason is Reason.TEST_PENDING  # Helm's part is done; the tests come next
-    if hooks is not None and stage is not None and (outcome.phase == "ready" or testing):
+    if day2 is not None and stage is not None and (outcome.phase == "ready" or testing):
         leave_slot()
-        after = await hooks.around("after", stage, watch, cr.body, target.values, outcome.release)
-        hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
+        after = await day2.around("after", stage, watch, cr.body, target.values, outcome.release)
+        day2.health.report(cr.ident.owner, f"after {stage}", after.problem)
         if not after.ok:  # Helm's part is done and stays done; the hook's failure is reported
             events.append(Event.warning(after.reason, after.message))
     result = _report(rt, key, attempts, outcome, events, target.context, told=p.action.helm)
-    due = hooks.after_due(watch, cr.body) if hooks is not None and after is not None else None
+    due = day2.after_due(watch, cr.body) if day2 is not None and after is not None else None
     if due is not None:  # the after hooks asked to be called again: then, without Helm
         result = dataclasses.replace(result, wake_after=min(result.wake_after or due[1], due[1]))
     elif after is not None and result.wake_after is None and _a_step(cr, target.values):
@@ -207,7 +206,7 @@ async def _reconcile(
 
 
 async def _after_hooks_again(
-    hooks: Day2,
+    day2: Day2,
     cr: Resource,
     target: Target,
     release: StoredRelease,
@@ -217,19 +216,19 @@ async def _after_hooks_again(
     """The last Helm action's ``after`` hooks once more, when they asked to be called again (a
     ``TemporaryError``, an unexpected error): Helm's part stays done, and what they had not
     finished (a roll stopped half-way, a learner not yet promoted) goes on without a revision."""
-    due = hooks.after_due(cr.watch, cr.body)
+    due = day2.after_due(cr.watch, cr.body)
     if due is None:
         return result
     stage, wait = due
     if wait > 0:
         return dataclasses.replace(result, wake_after=min(result.wake_after or wait, wait))
     leave_slot()
-    after = await hooks.around("after", stage, cr.watch, cr.body, target.values, release)
-    changed = hooks.health.report(cr.ident.owner, f"after {stage}", after.problem)
+    after = await day2.around("after", stage, cr.watch, cr.body, target.values, release)
+    changed = day2.health.report(cr.ident.owner, f"after {stage}", after.problem)
     events = result.events
     if not after.ok and changed:  # a hook still asking to wait said so the first time
         events = (*events, Event.warning(after.reason, after.message))
-    again = hooks.after_due(cr.watch, cr.body)
+    again = day2.after_due(cr.watch, cr.body)
     wake = result.wake_after if again is None else min(result.wake_after or again[1], again[1])
     return dataclasses.replace(result, events=events, wake_after=wake)
 

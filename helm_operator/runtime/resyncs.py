@@ -27,7 +27,7 @@ import kopf
 
 from helm_operator.core.naming import ANNOTATION_PREFIX
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.idle import status_digest
+from helm_operator.runtime.settled import status_digest
 
 log = logging.getLogger(__name__)
 

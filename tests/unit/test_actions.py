@@ -22,9 +22,9 @@ from helm_operator.config.watches import Watch
 from helm_operator.release.attempts import Attempts
 from helm_operator.release.identity import ReleaseId
 from helm_operator.release.state import Action, RetryPolicy
-from helm_operator.runtime.actions import ACTIONS, ActionContext
 from helm_operator.runtime.desired import Target
 from helm_operator.runtime.reconcile import _report
+from helm_operator.runtime.release_actions import ACTIONS, ActionContext
 
 CHART = ChartRef("tiny", Path("/charts/tiny"))
 WATCH = Watch("g", "v1", "Tiny", CHART, "tinies", "Namespaced")

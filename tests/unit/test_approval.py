@@ -18,7 +18,7 @@ from helm_operator.release.approval import (
     waiting_message,
 )
 from helm_operator.release.state import Action
-from helm_operator.runtime.idle import written
+from helm_operator.runtime.settled import written
 
 NOW = dt.datetime(2026, 11, 27, 1, 0, tzinfo=dt.UTC)
 APPROVE = "helm-operator.io/approve"

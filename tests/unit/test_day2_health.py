@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helm_operator.hooks.engines.specs import governs as _governs
+from helm_operator.hooks._engines.specs import governs as _governs
 from helm_operator.hooks.health import CONDITION, Health
 from helm_operator.hooks.registry import Hooks, ScheduleHook
 

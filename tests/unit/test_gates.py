@@ -184,7 +184,7 @@ def test_the_first_gate_that_holds_ends_the_asking_and_the_rest_say_they_hold_no
 
 
 def test_diff_says_what_a_change_would_wait_for() -> None:
-    from helm_operator.runtime.preview import _waits
+    from helm_operator.runtime.previewer import _waits
 
     target = Target(WATCH, resource().ident, "new", {}, CHART)
     held = resource({WINDOWS_ANNOTATION: CLOSED, APPROVAL_ANNOTATION: "manual"})

@@ -95,3 +95,22 @@ def test_pure_modules_never_reach_an_adapter_or_the_runtime() -> None:
             if imported.startswith(("kubernetes", "kopf", "pyhelm3")):
                 wrong.append(f"{module} imports {imported}")
     assert wrong == []
+
+
+def test_the_hook_engines_are_private_to_the_hooks_package() -> None:
+    """As kopf keeps its machinery under ``_core``: the hook engines and the runner
+    (``hooks._engines``, ``hooks._runner``) are reached only from inside ``hooks`` (the runtime
+    goes through the ``Day2`` facade), and the built-in hooks are written against the public
+    facade, as a user's hook module is."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        module = ".".join(rel.parts).removesuffix(".__init__")
+        inside = module.startswith("helm_operator.hooks.") and not module.startswith(
+            "helm_operator.hooks.builtin"
+        )
+        for imported in _imports(path):
+            private = imported.startswith(("helm_operator.hooks._engines", "helm_operator.hooks._runner"))
+            if private and not inside:
+                wrong.append(f"{module} imports {imported}")
+    assert wrong == []

@@ -20,10 +20,10 @@ from helm_operator.release.identity import identify
 from helm_operator.release.record import ObjectId
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.idle import status_digest, unchanged
 from helm_operator.runtime.reconcile import reconcile
 from helm_operator.runtime.resyncs import kept
 from helm_operator.runtime.services import Runtime
+from helm_operator.runtime.settled import status_digest, unchanged
 
 TINY = Path(__file__).resolve().parents[1] / "e2e/charts/tiny"
 CHART = ChartRef(str(TINY), TINY)
@@ -280,7 +280,7 @@ def test_a_resync_is_decided_from_memory_until_anything_it_relied_on_changes(mon
     assert not decided(rt, resource)
     assert settle(rt, resource) == "ReconciliationSucceeded"  # read the storage again
     assert decided(rt, resource)
-    monkeypatch.setattr("helm_operator.runtime.idle.FULL_READ_EVERY", 0.0)  # too long on the watches alone
+    monkeypatch.setattr("helm_operator.runtime.settled.FULL_READ_EVERY", 0.0)  # too long on the watches alone
     assert not decided(rt, resource)
     monkeypatch.undo()
     index.lost(None)  # the storage watch broke: nothing is trusted

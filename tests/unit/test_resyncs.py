@@ -10,8 +10,8 @@ import kopf
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.idle import status_digest
 from helm_operator.runtime.resyncs import Resyncs
+from helm_operator.runtime.settled import status_digest
 
 WATCH = Watch("g.io", "v1", "Web", ChartRef("charts/web"), "webs", "Namespaced")
 

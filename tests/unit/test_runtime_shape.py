@@ -70,7 +70,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_imports_one_that_imports_it() -> None:
     """Also under ``TYPE_CHECKING``: the process-wide ``Runtime`` lives in ``runtime/services.py``,
-    so ``idle.py`` (resyncs from memory) and ``reconcile.py`` no longer import each other."""
+    so ``settled.py`` (resyncs from memory) and ``reconcile.py`` no longer import each other."""
     assert _cycles(_graph()) == []
 
 

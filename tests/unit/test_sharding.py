@@ -26,9 +26,9 @@ from helm_operator.core.values import digest
 from helm_operator.drift.dependents import DependentWatches
 from helm_operator.release.identity import ReleaseId
 from helm_operator.release.record import StoredRelease
-from helm_operator.runtime.actions import ActionContext, _apply
 from helm_operator.runtime.desired import Target
 from helm_operator.runtime.handlers import configure
+from helm_operator.runtime.release_actions import ActionContext, _apply
 from helm_operator.scaffold import deploy
 
 from .test_cli import run  # the command as a user runs it, no cluster

@@ -11,8 +11,8 @@ from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch
 from helm_operator.core.locks import Concurrency
 from helm_operator.hooks import Context, Hooks, PermanentError, TemporaryError
+from helm_operator.hooks._engines.tasks import HOOKS_LOCK
 from helm_operator.hooks.day2 import Day2
-from helm_operator.hooks.engines.tasks import HOOKS_LOCK
 
 WATCH = Watch("g", "v1", "Tiny", ChartRef("tiny", Path("/charts/tiny")), "tinies", "Namespaced")
 BODY: dict[str, Any] = {"apiVersion": "g/v1", "kind": "Tiny", "metadata": {"name": "a", "namespace": "ns"}}

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 
 from helm_operator.core.locks import Concurrency
-from helm_operator.hooks.engines.tasks import Tasks
+from helm_operator.hooks._engines.tasks import Tasks
 from helm_operator.hooks.registry import Hooks
 from helm_operator.release.identity import ReleaseId
 

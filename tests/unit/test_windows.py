@@ -14,7 +14,7 @@ from helm_operator.config.watches import Watch, WatchesError, load_watches
 from helm_operator.drift.check import mode_of
 from helm_operator.release.state import Action
 from helm_operator.release.windows import contribution, effective, gate, waiting_message
-from helm_operator.runtime.idle import written
+from helm_operator.runtime.settled import written
 
 UTC = dt.UTC
 SAT_02 = Window("0 2 * * 6", 4 * 3600, "Europe/Berlin")  # Saturdays 02:00-06:00, Berlin time

@@ -19,7 +19,6 @@ from helm_operator.core.vocabulary import Event
 from helm_operator.drift.check import DriftReport
 from helm_operator.release.state import Action, plan_drift
 from helm_operator.runtime.acting import correcting_announced
-from helm_operator.runtime.actions import ActionContext, correct_drift
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.gates.approval import Approval
 from helm_operator.runtime.gates.dependencies import Dependencies
@@ -27,6 +26,7 @@ from helm_operator.runtime.gates.draining import Draining
 from helm_operator.runtime.gates.gate import Change, Gate, Hold, Pass, Redirect
 from helm_operator.runtime.gates.rollout import Rollout
 from helm_operator.runtime.gates.windows import Windows
+from helm_operator.runtime.release_actions import ActionContext, correct_drift
 from helm_operator.runtime.result import Result, condition, stall
 
 # The order they are asked in. Dependencies first: nothing of a change is worth computing while
@@ -99,8 +99,8 @@ async def _corrected(change: Change, hold: Hold) -> DriftReport | None:
     found = await rt.drift.observe(cr.watch, cr.ident, cr.annotations)
     if found is None or plan_drift(found.seen).action is not Action.CORRECT_DRIFT:
         return found
-    hooks = rt.day2 if rt.day2 is not None and rt.day2.of(cr.watch) is not None else None
-    announce = correcting_announced(rt, cr, hold.outcome, hooks)
+    day2 = rt.day2 if rt.day2 is not None and rt.day2.of(cr.watch) is not None else None
+    announce = correcting_announced(rt, cr, hold.outcome, day2)
     ctx = ActionContext(rt.helm, rt.kube, change.target, release, {}, drift=found, announce=announce)
     await correct_drift(ctx)
     return dataclasses.replace(found, corrected=True)

@@ -21,7 +21,7 @@ from helm_operator.release.approval import (
 from helm_operator.release.outcome import Outcome
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.gates.gate import Change, Hold, Pass, as_is
-from helm_operator.runtime.preview import Previewer, PreviewError
+from helm_operator.runtime.previewer import Previewer, PreviewError
 from helm_operator.runtime.result import condition
 
 PLAN_RETRY = 30.0  # seconds before a plan that could not be computed is tried again

@@ -21,9 +21,9 @@ from helm_operator.release.rollout import Admission, Mark, admission, fleet_dige
 from helm_operator.release.state import Action
 from helm_operator.release.status import made_from
 from helm_operator.runtime import rollouts
-from helm_operator.runtime.actions import roll_back, up_to_date
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.gates.gate import Change, Hold, Pass, Redirect, as_is
+from helm_operator.runtime.release_actions import roll_back, up_to_date
 from helm_operator.runtime.result import Result
 from helm_operator.runtime.services import Runtime
 

@@ -22,10 +22,10 @@ from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.naming import ACTION_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
-from helm_operator.hooks.engines.shared import NOW, Shared
-from helm_operator.hooks.engines.specs import governs
-from helm_operator.hooks.engines.tasks import Tasks
-from helm_operator.hooks.runner import HookResult, run
+from helm_operator.hooks._engines.services import NOW, EngineServices
+from helm_operator.hooks._engines.specs import governs
+from helm_operator.hooks._engines.tasks import Tasks
+from helm_operator.hooks._runner import HookResult, run
 from helm_operator.hooks.schedule import bounded, rfc3339
 from helm_operator.release.identity import ReleaseId
 
@@ -39,7 +39,7 @@ def parse_action(value: str) -> tuple[str, str]:
 
 @dataclass
 class Actions:
-    shared: Shared
+    shared: EngineServices
     tasks: Tasks
 
     def request(

@@ -15,9 +15,9 @@ from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, fields_patch, parse_rfc3339
 from helm_operator.core.naming import FORCE_UNINSTALL_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
-from helm_operator.hooks.engines.shared import Shared
+from helm_operator.hooks._engines.services import EngineServices
+from helm_operator.hooks._runner import OK, HookResult, run
 from helm_operator.hooks.registry import Stage, When
-from helm_operator.hooks.runner import OK, HookResult, run
 from helm_operator.release.record import StoredRelease
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ RESUMABLE: tuple[Stage, ...] = ("install", "upgrade")  # (after an uninstall the
 
 @dataclass
 class Stages:
-    shared: Shared
+    shared: EngineServices
     # owner -> (the stage whose after hooks asked to run again, the monotonic time they may):
     # Helm's part is done, what the hooks did not finish (a roll stopped half-way) is not. Kept in
     # status.day2 too, so that a restarted (or another) instance goes on with them.

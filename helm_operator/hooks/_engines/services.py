@@ -18,11 +18,11 @@ from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.locks import Concurrency
 from helm_operator.core.vocabulary import Event
 from helm_operator.drift.check import manifest_objects
+from helm_operator.hooks._engines.tasks import HOOKS_LOCK
+from helm_operator.hooks._runner import HookResult
 from helm_operator.hooks.context import DRIFT_PAUSED, Context, Day2Status, Release, frozen
-from helm_operator.hooks.engines.tasks import HOOKS_LOCK
 from helm_operator.hooks.health import Health
 from helm_operator.hooks.registry import Hooks
-from helm_operator.hooks.runner import HookResult
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.record import StoredRelease
 
@@ -37,7 +37,7 @@ def release_info(stored: StoredRelease | None) -> Release | None:
 
 
 class _Status:
-    def __init__(self, shared: Shared, watch: Watch, ref: ObjectRef, owner: str) -> None:
+    def __init__(self, shared: EngineServices, watch: Watch, ref: ObjectRef, owner: str) -> None:
         self.shared, self.watch, self.ref, self.owner = shared, watch, ref, owner
 
     async def save(self, day2: Mapping[str, Any]) -> None:
@@ -61,7 +61,7 @@ class _ResourceLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 
 @dataclass
-class Shared:
+class EngineServices:
     """The services of the hook engines of one operator process."""
 
     hooks: Mapping[str, Hooks]  # watch key -> the module's hooks

@@ -18,12 +18,12 @@ from helm_operator.adapters.metrics import DAY2_RUNS
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, fields_patch
 from helm_operator.core.vocabulary import Event, Reason
-from helm_operator.hooks.engines.shared import NOW, Shared
-from helm_operator.hooks.engines.specs import schedule_of
-from helm_operator.hooks.engines.tasks import Tasks
+from helm_operator.hooks._engines.services import NOW, EngineServices
+from helm_operator.hooks._engines.specs import schedule_of
+from helm_operator.hooks._engines.tasks import Tasks
+from helm_operator.hooks._runner import run
 from helm_operator.hooks.errors import InvalidSpec
 from helm_operator.hooks.registry import ScheduleHook
-from helm_operator.hooks.runner import run
 from helm_operator.hooks.schedule import Decision, TaskState, decide, rfc3339, run_name
 from helm_operator.release.identity import ReleaseId
 
@@ -32,7 +32,7 @@ RECHECK = 30.0  # seconds: a waiting schedule re-reads its resource at least thi
 
 @dataclass
 class Schedules:
-    shared: Shared
+    shared: EngineServices
     tasks: Tasks
     _held: dict[str, frozenset[str]] = field(default_factory=dict)  # owner -> schedules held
 

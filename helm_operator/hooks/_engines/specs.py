@@ -13,11 +13,11 @@ from typing import Any
 
 from helm_operator.config.watches import Watch
 from helm_operator.core.vocabulary import Reason
+from helm_operator.hooks._engines.services import EngineServices
+from helm_operator.hooks._runner import run
 from helm_operator.hooks.context import lookup
-from helm_operator.hooks.engines.shared import Shared
 from helm_operator.hooks.errors import InvalidSpec
 from helm_operator.hooks.registry import Hook, ScheduleHook
-from helm_operator.hooks.runner import run
 from helm_operator.hooks.schedule import check_cron, check_interval
 
 
@@ -40,7 +40,7 @@ def governs(hook: Hook, invalid: Sequence[str]) -> bool:
 
 @dataclass
 class Specs:
-    shared: Shared
+    shared: EngineServices
 
     async def check(self, watch: Watch, body: Mapping[str, Any], owner: str) -> list[str]:
         """Check the spec fields the hooks use, tell the health what fails, and return the

@@ -15,11 +15,11 @@ from typing import Any
 
 from helm_operator.config.watches import Watch
 from helm_operator.drift.dependents import Kind
+from helm_operator.hooks._engines.services import EngineServices
+from helm_operator.hooks._engines.tasks import Tasks
+from helm_operator.hooks._runner import run
 from helm_operator.hooks.context import frozen
-from helm_operator.hooks.engines.shared import Shared
-from helm_operator.hooks.engines.tasks import Tasks
 from helm_operator.hooks.registry import WatchHook
-from helm_operator.hooks.runner import run
 from helm_operator.hooks.watchers import ObjectWatches
 from helm_operator.release.identity import ReleaseId, identify
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class WatchHooks:
-    shared: Shared
+    shared: EngineServices
     tasks: Tasks
     by_owner: bool = False  # a sharded instance: watch the objects of the owners it holds, by name
     _owners: dict[str, tuple[Watch, str | None, str]] = field(default_factory=dict)

@@ -39,10 +39,9 @@ from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.check import manifest_objects, mode_of
 from helm_operator.drift.diff import ignored_pointers, rules_for, without_ignored
 from helm_operator.hooks.context import DRIFT_PAUSED
-from helm_operator.hooks.day2 import Day2
+from helm_operator.hooks.day2 import Day2, HookResult
 from helm_operator.hooks.kubeclient import AsyncKube
 from helm_operator.hooks.registry import Hooks
-from helm_operator.hooks.runner import HookResult
 from helm_operator.preview.kubectl import (
     Apply,
     client_side_create,
