@@ -335,162 +335,198 @@ FIELDS: tuple[EntryField, ...] = (
 _KNOWN_FIELDS = frozenset(f.name for f in FIELDS)
 
 
-def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Watch:
-    def fail(fieldname: str, message: str) -> WatchesError:
-        return WatchesError(path, message, index, fieldname)
+class _Entry:
+    """One entry of a watches file as it is read: every mistake names the file, the entry and the
+    field (``fail``), and each part of a ``Watch`` has a reader of its own."""
 
-    if not isinstance(raw, Mapping):
-        raise WatchesError(path, f"expected a mapping, got {type(raw).__name__}", index)
-    unknown = sorted(set(raw) - _KNOWN_FIELDS)
-    if unknown:
-        raise fail(unknown[0], f"unknown field; expected one of {', '.join(sorted(_KNOWN_FIELDS))}")
+    def __init__(self, path: Path, index: int, raw: Mapping[str, Any]) -> None:
+        self.path, self.index, self.raw = path, index, raw
 
-    def string(name: str, required: bool = False) -> str | None:
-        value = raw.get(name)
+    def fail(self, fieldname: str, message: str) -> WatchesError:
+        return WatchesError(self.path, message, self.index, fieldname)
+
+    def string(self, name: str, required: bool = False) -> str | None:
+        value = self.raw.get(name)
         if value is None:
             if required:
-                raise fail(name, "required field is missing")
+                raise self.fail(name, "required field is missing")
             return None
         if not isinstance(value, str) or not value:
-            raise fail(name, f"expected a non-empty string, got {value!r}")
+            raise self.fail(name, f"expected a non-empty string, got {value!r}")
         return value
 
-    def boolean(name: str, default: bool) -> bool:
-        value = raw.get(name, default)
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.raw.get(name, default)
         if not isinstance(value, bool):
-            raise fail(name, f"expected true or false, got {value!r}")
+            raise self.fail(name, f"expected true or false, got {value!r}")
         return value
 
-    def integer(name: str, default: int, minimum: int) -> int:
-        value = raw.get(name, default)
+    def integer(self, name: str, default: int, minimum: int) -> int:
+        value = self.raw.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise fail(name, f"expected an integer >= {minimum}, got {value!r}")
+            raise self.fail(name, f"expected an integer >= {minimum}, got {value!r}")
         return value
 
-    def duration(name: str, default: float) -> float:
-        if name not in raw:
+    def duration(self, name: str, default: float) -> float:
+        if name not in self.raw:
             return default
         try:
-            return parse_duration(raw[name])
+            return parse_duration(self.raw[name])
         except ValueError:
-            raise fail(name, f"expected a duration such as 30s, 5m or 1h30m, got {raw[name]!r}") from None
+            raise self.fail(
+                name, f"expected a duration such as 30s, 5m or 1h30m, got {self.raw[name]!r}"
+            ) from None
 
-    group = raw.get("group", "")
-    if not isinstance(group, str):
-        raise fail("group", f"expected a string, got {group!r}")
-    version = string("version", required=True)
-    kind = string("kind", required=True)
-    assert version is not None and kind is not None
-    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind):
-        raise fail("kind", f"expected a CamelCase kind name, got {kind!r}")
+    def names(self, name: str, what: str) -> tuple[str, ...]:
+        value = self.raw.get(name, []) or []
+        if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+            raise self.fail(name, f"expected a list of {what}")
+        return tuple(value)
 
-    def chart_at(where: str, chart_ref: str, chart_version: str | None, repo: str | None) -> ChartRef:
+    def identity(self) -> tuple[str, str, str]:
+        """group, version and kind."""
+        group = self.raw.get("group", "")
+        if not isinstance(group, str):
+            raise self.fail("group", f"expected a string, got {group!r}")
+        version = self.string("version", required=True)
+        kind = self.string("kind", required=True)
+        assert version is not None and kind is not None
+        if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind):
+            raise self.fail("kind", f"expected a CamelCase kind name, got {kind!r}")
+        return group, version, kind
+
+    def chart_at(self, where: str, chart_ref: str, chart_version: str | None, repo: str | None) -> ChartRef:
         if chart_ref.startswith("oci://") or repo:
             if not chart_version and where == "chart":
-                raise fail("chartVersion", f"a remote chart ({chart_ref}) needs a pinned chartVersion")
+                raise self.fail("chartVersion", f"a remote chart ({chart_ref}) needs a pinned chartVersion")
             if not chart_version:
-                raise fail(f"{where}.version", f"a remote chart ({chart_ref}) needs a pinned version")
+                raise self.fail(f"{where}.version", f"a remote chart ({chart_ref}) needs a pinned version")
             return ChartRef(ref=chart_ref, version=chart_version, repo=repo)
-        chart_path = (path.parent / chart_ref).resolve()
+        chart_path = (self.path.parent / chart_ref).resolve()
         if chart_path.is_dir():
             if not (chart_path / "Chart.yaml").is_file():
-                raise fail(where, f"{chart_path} is a directory without Chart.yaml")
+                raise self.fail(where, f"{chart_path} is a directory without Chart.yaml")
         elif not (chart_path.is_file() and chart_path.name.endswith((".tgz", ".tar.gz"))):
-            raise fail(where, f"no chart directory or .tgz at {chart_path}")
+            raise self.fail(where, f"no chart directory or .tgz at {chart_path}")
         return ChartRef(ref=str(chart_path), path=chart_path, version=chart_version)
 
-    versions: tuple[tuple[str, ChartRef], ...] = ()
-    if raw.get("charts") is not None:
-        if "chart" in raw:
-            raise fail("charts", "give either 'chart' or 'charts' (several versions), not both")
-        versions = _chart_versions(raw["charts"], chart_at, fail)
-        chart = versions[-1][1]  # the newest: what serves a resource that pins nothing
-    else:
-        chart_ref = string("chart", required=True)
-        assert chart_ref is not None
-        chart = chart_at("chart", chart_ref, string("chartVersion"), string("repo"))
+    def charts(self) -> tuple[ChartRef, tuple[tuple[str, ChartRef], ...]]:
+        """The chart a resource that pins nothing gets, and every version served side by side."""
+        if self.raw.get("charts") is None:
+            chart_ref = self.string("chart", required=True)
+            assert chart_ref is not None
+            return self.chart_at("chart", chart_ref, self.string("chartVersion"), self.string("repo")), ()
+        if "chart" in self.raw:
+            raise self.fail("charts", "give either 'chart' or 'charts' (several versions), not both")
+        versions = _chart_versions(self.raw["charts"], self.chart_at, self.fail)
+        return versions[-1][1], versions  # the newest serves a resource that pins nothing
 
-    overrides = raw.get("overrideValues", {}) or {}
-    if not isinstance(overrides, Mapping):
-        raise fail("overrideValues", "expected a mapping of values")
-    try:
-        overrides = expand_env(overrides, env)
-    except KeyError as exc:
-        raise fail("overrideValues", str(exc.args[0])) from None
-
-    selector = raw.get("selector", {}) or {}
-    problem = _validate_selector(selector)
-    if problem:
-        raise fail("selector", problem)
-
-    scope = raw.get("scope")
-    if scope not in (None, "Namespaced", "Cluster"):
-        raise fail("scope", f"expected Namespaced or Cluster, got {scope!r}")
-    release_namespace = string("releaseNamespace")
-    if release_namespace and not _DNS_LABEL.match(release_namespace):
-        raise fail(
-            "releaseNamespace", f"expected a namespace name (DNS-1123 label), got {release_namespace!r}"
-        )
-    if scope == "Cluster" and not release_namespace:
-        raise fail("releaseNamespace", "a cluster-scoped kind needs a releaseNamespace for its releases")
-
-    plural = string("plural")
-    if plural is not None and not _DNS_LABEL.match(plural):
-        raise fail("plural", f"expected a lower-case resource name, got {plural!r}")
-
-    upgrade = raw.get("upgrade", {}) or {}
-    if not isinstance(upgrade, Mapping) or set(upgrade) - {"rollbackOnFailure"}:
-        raise fail("upgrade", "expected a mapping with only 'rollbackOnFailure'")
-    rollback = upgrade.get("rollbackOnFailure", True)
-    if not isinstance(rollback, bool):
-        raise fail("upgrade.rollbackOnFailure", f"expected true or false, got {rollback!r}")
-
-    hooks = string("hooks")
-
-    drift_ignore = []
-    raw_ignore = raw.get("driftIgnore", []) or []
-    if not isinstance(raw_ignore, list):
-        raise fail("driftIgnore", "expected a list of {path, kind?, name?}")
-    for i, rule in enumerate(raw_ignore):
-        if (
-            not isinstance(rule, Mapping)
-            or set(rule) - {"path", "kind", "name"}
-            or not isinstance(rule.get("path"), str)
-            or not rule["path"].startswith("/")
-        ):
-            raise fail(f"driftIgnore[{i}]", "expected {path: /json/pointer, kind: optional, name: optional}")
-        drift_ignore.append(IgnoreRule(rule["path"], rule.get("kind"), rule.get("name")))
-
-    trusted = raw.get("driftTrustedManagers", []) or []
-    if not isinstance(trusted, list) or not all(isinstance(m, str) and m for m in trusted):
-        raise fail("driftTrustedManagers", "expected a list of field manager names")
-    if "helm" in trusted:
-        raise fail(
-            "driftTrustedManagers", "'helm' is the manager drift corrections use; it cannot be trusted"
-        )
-
-    allowed = raw.get("allowedNamespaces", []) or []
-    if not isinstance(allowed, list) or not all(isinstance(n, str) and n for n in allowed):
-        raise fail("allowedNamespaces", "expected a list of namespace names or globs")
-
-    windows = Maintenance()
-    if raw.get("maintenance") is not None:
+    def overrides(self, env: Mapping[str, str]) -> Mapping[str, Any]:
+        overrides = self.raw.get("overrideValues", {}) or {}
+        if not isinstance(overrides, Mapping):
+            raise self.fail("overrideValues", "expected a mapping of values")
         try:
-            windows = maintenance.from_config(raw["maintenance"])
+            expanded: Mapping[str, Any] = expand_env(overrides, env)
+        except KeyError as exc:
+            raise self.fail("overrideValues", str(exc.args[0])) from None
+        return expanded
+
+    def selector(self) -> Mapping[str, Any]:
+        selector = self.raw.get("selector", {}) or {}
+        problem = _validate_selector(selector)
+        if problem:
+            raise self.fail("selector", problem)
+        return selector
+
+    def placement(self) -> tuple[Any, str | None, str | None]:
+        """scope, releaseNamespace and plural."""
+        scope = self.raw.get("scope")
+        if scope not in (None, "Namespaced", "Cluster"):
+            raise self.fail("scope", f"expected Namespaced or Cluster, got {scope!r}")
+        release_namespace = self.string("releaseNamespace")
+        if release_namespace and not _DNS_LABEL.match(release_namespace):
+            raise self.fail(
+                "releaseNamespace", f"expected a namespace name (DNS-1123 label), got {release_namespace!r}"
+            )
+        if scope == "Cluster" and not release_namespace:
+            raise self.fail(
+                "releaseNamespace", "a cluster-scoped kind needs a releaseNamespace for its releases"
+            )
+        plural = self.string("plural")
+        if plural is not None and not _DNS_LABEL.match(plural):
+            raise self.fail("plural", f"expected a lower-case resource name, got {plural!r}")
+        return scope, release_namespace, plural
+
+    def rollback_on_failure(self) -> bool:
+        upgrade = self.raw.get("upgrade", {}) or {}
+        if not isinstance(upgrade, Mapping) or set(upgrade) - {"rollbackOnFailure"}:
+            raise self.fail("upgrade", "expected a mapping with only 'rollbackOnFailure'")
+        rollback = upgrade.get("rollbackOnFailure", True)
+        if not isinstance(rollback, bool):
+            raise self.fail("upgrade.rollbackOnFailure", f"expected true or false, got {rollback!r}")
+        return rollback
+
+    def drift_ignore(self) -> tuple[IgnoreRule, ...]:
+        rules = []
+        raw_ignore = self.raw.get("driftIgnore", []) or []
+        if not isinstance(raw_ignore, list):
+            raise self.fail("driftIgnore", "expected a list of {path, kind?, name?}")
+        for i, rule in enumerate(raw_ignore):
+            if (
+                not isinstance(rule, Mapping)
+                or set(rule) - {"path", "kind", "name"}
+                or not isinstance(rule.get("path"), str)
+                or not rule["path"].startswith("/")
+            ):
+                raise self.fail(
+                    f"driftIgnore[{i}]", "expected {path: /json/pointer, kind: optional, name: optional}"
+                )
+            rules.append(IgnoreRule(rule["path"], rule.get("kind"), rule.get("name")))
+        return tuple(rules)
+
+    def trusted_managers(self) -> tuple[str, ...]:
+        trusted = self.names("driftTrustedManagers", "field manager names")
+        if "helm" in trusted:
+            raise self.fail(
+                "driftTrustedManagers", "'helm' is the manager drift corrections use; it cannot be trusted"
+            )
+        return trusted
+
+    def maintenance(self) -> Maintenance:
+        if self.raw.get("maintenance") is None:
+            return Maintenance()
+        try:
+            return maintenance.from_config(self.raw["maintenance"])
         except maintenance.WindowError as exc:
-            raise fail(".".join(("maintenance", *exc.where)), exc.message) from None
+            raise self.fail(".".join(("maintenance", *exc.where)), exc.message) from None
 
-    approval = raw.get("approval", "automatic")
-    if approval not in ("automatic", "manual"):
-        raise fail("approval", f"expected automatic or manual, got {approval!r}")
+    def approval(self) -> Any:
+        approval = self.raw.get("approval", "automatic")
+        if approval not in ("automatic", "manual"):
+            raise self.fail("approval", f"expected automatic or manual, got {approval!r}")
+        return approval
 
-    policy = None
-    if raw.get("rollout") is not None:
+    def rollout(self) -> rollout.Policy | None:
+        if self.raw.get("rollout") is None:
+            return None
         try:
-            policy = rollout.from_config(raw["rollout"], _validate_selector)
+            return rollout.from_config(self.raw["rollout"], _validate_selector)
         except rollout.RolloutError as exc:
-            raise fail(".".join(("rollout", *exc.where)), exc.message) from None
+            raise self.fail(".".join(("rollout", *exc.where)), exc.message) from None
 
+
+def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Watch:
+    if not isinstance(raw, Mapping):
+        raise WatchesError(path, f"expected a mapping, got {type(raw).__name__}", index)
+    entry = _Entry(path, index, raw)
+    unknown = sorted(set(raw) - _KNOWN_FIELDS)
+    if unknown:
+        raise entry.fail(unknown[0], f"unknown field; expected one of {', '.join(sorted(_KNOWN_FIELDS))}")
+    group, version, kind = entry.identity()
+    chart, versions = entry.charts()
+    overrides = entry.overrides(env)
+    selector = entry.selector()
+    scope, release_namespace, plural = entry.placement()
     return Watch(
         group=group,
         version=version,
@@ -499,23 +535,23 @@ def _load_entry(path: Path, index: int, raw: Any, env: Mapping[str, str]) -> Wat
         plural=plural,
         scope=scope,
         release_namespace=release_namespace,
-        watch_dependent_resources=boolean("watchDependentResources", True),
+        watch_dependent_resources=entry.boolean("watchDependentResources", True),
         override_values=overrides,
         selector=selector,
-        reconcile_period=duration("reconcilePeriod", 60.0),
-        max_concurrent_reconciles=integer("maxConcurrentReconciles", 1, 1),
-        timeout=duration("timeout", 300.0),
-        wait=boolean("wait", True),
-        history_max=integer("historyMax", 5, 1),
-        rollback_on_failure=rollback,
-        hooks=hooks,
-        drift_ignore=tuple(drift_ignore),
-        drift_trusted_managers=tuple(trusted),
-        allowed_namespaces=tuple(allowed),
-        allow_cluster_scoped=boolean("allowClusterScoped", False),
-        maintenance=windows,
-        approval=approval,
-        rollout=policy,
+        reconcile_period=entry.duration("reconcilePeriod", 60.0),
+        max_concurrent_reconciles=entry.integer("maxConcurrentReconciles", 1, 1),
+        timeout=entry.duration("timeout", 300.0),
+        wait=entry.boolean("wait", True),
+        history_max=entry.integer("historyMax", 5, 1),
+        rollback_on_failure=entry.rollback_on_failure(),
+        hooks=entry.string("hooks"),
+        drift_ignore=entry.drift_ignore(),
+        drift_trusted_managers=entry.trusted_managers(),
+        allowed_namespaces=entry.names("allowedNamespaces", "namespace names or globs"),
+        allow_cluster_scoped=entry.boolean("allowClusterScoped", False),
+        maintenance=entry.maintenance(),
+        approval=entry.approval(),
+        rollout=entry.rollout(),
         versions=versions,
         source=f"{path}: entry {index}",
     )
