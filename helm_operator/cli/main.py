@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -171,25 +169,6 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_signal() -> None:
-    """Block until Ctrl-C, SIGTERM or SIGHUP.
-
-    SIGINT is handled explicitly: a shell starts a background command with SIGINT ignored, and
-    Python keeps an inherited "ignore", so ``kill -INT`` would leave the cluster running.
-    """
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-
-
 def _real_node_images(refs: Sequence[str] | None = None) -> list[Path]:
     """The images the real node runs (default: every one; built once, cached by their inputs),
     imported at its start."""
@@ -200,7 +179,7 @@ def _real_node_images(refs: Sequence[str] | None = None) -> list[Path]:
 
 def cmd_dev_up(args: argparse.Namespace) -> int:
     from helm_operator.dev import nodeconfig
-    from helm_operator.dev.devcluster import DevCluster
+    from helm_operator.dev.devcluster import DevCluster, wait_for_signal
 
     with DevCluster(
         args.name, nodes=args.nodes, real_node=args.real_node, images=_real_node_images
@@ -216,13 +195,13 @@ def cmd_dev_up(args: argparse.Namespace) -> int:
             )
         print("Ctrl-C stops it and removes everything it started.")
         sys.stdout.flush()
-        _wait_for_signal()
+        wait_for_signal()
     return 0
 
 
 def cmd_dev_demo(args: argparse.Namespace) -> int:
-    """The main job on a laptop: cluster, CRDs, the operator on watches.yaml, the samples Ready
-    (``--real``: the PostgreSQL sample's day-2 on the real node instead, ``dev/demo_real.py``)."""
+    """The main job on a laptop (``dev/demo.py``; ``--real``: the PostgreSQL sample's day-2 on the
+    real node instead, ``dev/demo_real.py``)."""
     if args.real:
         from helm_operator.dev import demo_real
 
@@ -234,80 +213,9 @@ def cmd_dev_demo(args: argparse.Namespace) -> int:
             rows=args.rows,
             archives=lambda: _real_node_images(demo_real.IMAGES),
         )
-    import subprocess
-    import tempfile
+    from helm_operator.dev import demo
 
-    from helm_operator.dev.devcluster import DevCluster
-    from helm_operator.dev.tools import REPO_ROOT
-
-    with (
-        DevCluster(args.name, nodes=args.nodes) as cluster,
-        tempfile.NamedTemporaryFile(prefix="helm-operator-", suffix=".log", delete=False) as log,
-    ):
-        print(f"cluster {cluster.name} is ready (kubeconfig {cluster.kubeconfig})")
-        print(cluster.kubectl("get", "nodes").stdout)
-        cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
-        cluster.kubectl("apply", "-f", str(REPO_ROOT / "config/02-crd-rollouts.yaml"))  # staged rollouts
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "helm_operator.cli",
-                "run",
-                "--helm",
-                str(cluster.tools.helm),
-                "--watches-file",
-                str(args.watches_file),
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--namespace",
-                args.namespace,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            cluster.kubectl("create", "namespace", args.namespace)
-            print(f"operator running (log: {log.name}); applying samples/ to namespace {args.namespace}")
-            cluster.kubectl("apply", "-n", args.namespace, "-f", str(REPO_ROOT / "samples"))
-            wait = cluster.kubectl(
-                "wait",
-                "-n",
-                args.namespace,
-                "--for=condition=Ready",
-                "--timeout=300s",
-                *(f"{k}/{n}" for k, n in _sample_refs(REPO_ROOT / "samples")),
-                check=False,
-                timeout=330,
-            )
-            print(wait.stdout + wait.stderr)
-            print(cluster.kubectl("get", "-n", args.namespace, "helm-operator").stdout)
-            print(cluster.kubectl("get", "-n", args.namespace, "statefulsets,deployments,services").stdout)
-            if wait.returncode != 0:
-                print(f"some samples did not become Ready; operator log: {log.name}", file=sys.stderr)
-                return 1
-            if args.keep:
-                print(f"export KUBECONFIG={cluster.kubeconfig}\nCtrl-C stops the operator and the cluster.")
-                sys.stdout.flush()
-                _wait_for_signal()
-        finally:
-            operator.terminate()
-            operator.wait(150)
-    return 0
-
-
-def _sample_refs(folder: Any) -> list[tuple[str, str]]:
-    """(resource, name) of every custom resource in the sample files."""
-    import yaml
-
-    refs = []
-    for path in sorted(folder.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
-                refs.append((f"{doc['kind'].lower()}.{group}".rstrip("."), doc["metadata"]["name"]))
-    return refs
+    return demo.run(args.name, args.nodes, Path(args.watches_file), args.namespace, keep=args.keep)
 
 
 def cmd_dev_reap(args: argparse.Namespace) -> int:

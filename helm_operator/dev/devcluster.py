@@ -24,12 +24,14 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from helm_operator.dev.procs import kill_all, pid_alive, pids_referencing
 from helm_operator.dev.realnode import RealNode
@@ -397,3 +399,22 @@ def reap_orphans() -> list[str]:
         DevCluster(root.name, nodes=0).stop()
         reaped.append(root.name)
     return reaped
+
+
+def wait_for_signal() -> None:
+    """Block until Ctrl-C, SIGTERM or SIGHUP.
+
+    SIGINT is handled explicitly: a shell starts a background command with SIGINT ignored, and
+    Python keeps an inherited "ignore", so ``kill -INT`` would leave the cluster running.
+    """
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass

@@ -79,9 +79,9 @@ def test_unknown_hook_module_or_bad_hook_exits_2_naming_it(tmp_path: Path) -> No
 WAITER = """
 import signal
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-from helm_operator.cli.main import _wait_for_signal
+from helm_operator.dev.devcluster import wait_for_signal
 print("waiting", flush=True)
-_wait_for_signal()
+wait_for_signal()
 print("stopped", flush=True)
 """
 
