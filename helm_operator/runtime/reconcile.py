@@ -22,7 +22,7 @@ from helm_operator.config.versions import PinError
 from helm_operator.core.conditions import Contribution, Owner, status_patch_of
 from helm_operator.core.naming import CHART_VERSION_ANNOTATION
 from helm_operator.core.values import user_values
-from helm_operator.core.vocabulary import Event, EventType, Reason
+from helm_operator.core.vocabulary import ConditionType, Event, EventType, Reason
 from helm_operator.hooks.day2 import Day2, HookResult
 from helm_operator.hooks.registry import Stage
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
@@ -35,7 +35,7 @@ from helm_operator.runtime.acting import correcting_announced, deletion_watch, p
 from helm_operator.runtime.desired import Resource, Target, chart_for, chart_status, desired
 from helm_operator.runtime.gates import rollout as gated_rollout
 from helm_operator.runtime.release_actions import ACTIONS, ActionContext, up_to_date
-from helm_operator.runtime.result import Result, stall, stalled_before
+from helm_operator.runtime.result import Result, condition, stall, stalled_before
 from helm_operator.runtime.services import Runtime, Settled
 from helm_operator.runtime.settled import status_digest, written
 
@@ -399,12 +399,19 @@ def _without_action(
             "progressing", attempts.reason or Reason.RETRY_PENDING, p.reason, digest=target.digest
         )
         return Result(outcome, retry_after=p.delay, events=tuple(events))
-    # GIVE_UP: keep what the status already says (e.g. RenderFailed with Helm's message).
+    # GIVE_UP: keep what the status already says (e.g. RenderFailed with Helm's message); retries
+    # given up on name the last failure's cause (what `rollout status` and a person need).
     reason = (attempts.reason if attempts.permanent else None) or Reason.RETRIES_EXHAUSTED
     already = stalled_before(cr, reason)
-    message = str(already.get("message")) if already else p.reason
+    last = condition(cr, ConditionType.RELEASED) or {}  # the last action's: a backoff wait keeps it
+    cause = (
+        f"; the last failure ({attempts.reason}): {last.get('message')}"
+        if last.get("reason") == attempts.reason
+        else ""
+    )
+    message = str(already.get("message")) if already else p.reason + cause
     outcome = Outcome("stalled", reason, message, release=release, digest=target.digest)
-    return Result(outcome, events=tuple(events) if already else (*events, Event.warning(reason, p.reason)))
+    return Result(outcome, events=tuple(events) if already else (*events, Event.warning(reason, message)))
 
 
 def _report(

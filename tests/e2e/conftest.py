@@ -178,6 +178,35 @@ def custom(api_version: str, kind: str, name: str, spec: dict[str, Any]) -> dict
     return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec}
 
 
+def crd(group: str, kind: str, plural: str, status: bool = False) -> dict[str, Any]:
+    """A minimal CustomResourceDefinition of one served version ``v1`` with an open schema
+    (``status``: with the status subresource)."""
+    version: dict[str, Any] = {
+        "name": "v1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    }
+    if status:
+        version["subresources"] = {"status": {}}
+    names = {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {"group": group, "names": names, "scope": "Namespaced", "versions": [version]},
+    }
+
+
+def ready_wait_times_out(res: Any, resource: str, name: str) -> None:
+    """``kubectl wait --for=condition=Ready`` keeps waiting for a held change (it compares the
+    condition's observedGeneration with the generation)."""
+    waited = res.cluster.kubectl(
+        "wait", "--for=condition=Ready", f"{resource}/{name}", "-n", res.ns, "--timeout=3s", check=False
+    )
+    assert waited.returncode != 0 and "timed out" in waited.stderr, (waited.stdout, waited.stderr)
+
+
 def tiny(name: str, **spec: Any) -> dict[str, Any]:
     """A resource of the test kind Tiny (tests/e2e/charts/tiny)."""
     return custom("test.helm-operator.io/v1", "Tiny", name, spec)

@@ -12,7 +12,7 @@ from typing import Any
 
 from helm_operator.core.naming import APPROVAL_ANNOTATION, APPROVE_ANNOTATION
 
-from .conftest import Helm, custom, releases
+from .conftest import Helm, crd, custom, ready_wait_times_out, releases
 from .operator import OperatorProcess, Resources, eventually
 
 MEMCACHED = "memcacheds.cache.example.com"
@@ -92,10 +92,7 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
     # The held change reads as in progress: a wait for Ready waits for the approved upgrade.
     assert (res.get(MEMCACHED, "gated") or {})["status"]["observedGeneration"] == 1
     assert res.condition(MEMCACHED, "gated", "Reconciling")["reason"] == "AwaitingApproval"
-    waited = res.cluster.kubectl(
-        "wait", "--for=condition=Ready", f"{MEMCACHED}/gated", "-n", res.ns, "--timeout=3s", check=False
-    )
-    assert waited.returncode != 0 and "timed out" in waited.stderr, (waited.stdout, waited.stderr)
+    ready_wait_times_out(res, MEMCACHED, "gated")
 
     # Approved, but the spec changes in the same write: the approval is void, nothing runs.
     res.apply(memcached(3, **{APPROVE_ANNOTATION: two["id"]}))
@@ -145,28 +142,9 @@ def test_plan_finds_a_kind_created_after_its_last_call(operator: OperatorProcess
     group = f"plan-{os.urandom(3).hex()}.test.helm-operator.io"
     missing = plan_cli(res, "show", resource=f"widgets.{group}", name="w")
     assert missing.returncode != 0 and "serves no resource named" in missing.stderr, missing
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{group}"},
-        "spec": {
-            "group": group,
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
+    widgets = crd(group, "Widget", "widgets")
     try:
-        res.cluster.kubectl("apply", "-f", "-", input=json.dumps(crd))
+        res.cluster.kubectl("apply", "-f", "-", input=json.dumps(widgets))
         res.cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s")
         found = plan_cli(res, "show", resource=f"widgets.{group}", name="w")
         assert found.returncode != 0 and f"Widget w not found in {res.ns}" in found.stderr, found

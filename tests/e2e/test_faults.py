@@ -16,7 +16,7 @@ from helm_operator.core.naming import FINALIZER
 from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.tools import Toolchain
 
-from .conftest import Helm, releases, tiny
+from .conftest import Helm, crd, releases, tiny
 from .operator import REPO, OperatorProcess, Resources, eventually
 from .pace import within
 
@@ -225,27 +225,7 @@ def test_a_kind_whose_crd_is_missing_is_waited_for_by_name(
             ]
         )
     )
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"latecomerz.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": "Latecomer", "plural": "latecomerz", "singular": "latecomer"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
+    latecomers = crd(group, "Latecomer", "latecomerz", status=True)
     ns = f"late-{os.urandom(2).hex()}"
     cluster.kubectl("create", "namespace", ns)
     import subprocess
@@ -262,7 +242,7 @@ def test_a_kind_whose_crd_is_missing_is_waited_for_by_name(
         eventually(  # repeated every few seconds, not once and silence
             lambda: log.read_text().count(needle) >= 2, timeout=30, what="the line said again"
         )
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(crd))
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(latecomers))
         eventually(lambda: "latecomerz" in log.read_text(), timeout=60, what="served under its CRD's plural")
         res = Resources(cluster, ns)
         res.apply({"apiVersion": f"{group}/v1", "kind": "Latecomer", "metadata": {"name": "l"}, "spec": {}})

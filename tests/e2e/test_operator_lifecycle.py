@@ -251,6 +251,7 @@ def test_failed_upgrade_rolls_back_and_history_stays_bounded(
     # read only once nothing retries any more: the last action was a rollback.
     stalled = res.wait_condition(KIND, "flaky", "Stalled", timeout=180)
     assert stalled["reason"] == "RetriesExhausted"
+    assert "the last failure (UpgradeFailed): " in stalled["message"], stalled  # its cause stays named
     assert releases(helm4, res.ns)["flaky"]["status"] == "deployed"
     assert res.get("configmap", "flaky-config")["data"] == {"message": "good"}  # the rollback restored it
     assert len(history(helm4, "flaky", res.ns)) <= 3

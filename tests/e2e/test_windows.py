@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from helm_operator.core.naming import WINDOW_OVERRIDE_ANNOTATION, WINDOWS_ANNOTATION
 
-from .conftest import Helm, custom, releases
+from .conftest import Helm, custom, ready_wait_times_out, releases
 from .operator import OperatorProcess, Resources, eventually
 from .pace import within
 
@@ -88,10 +88,7 @@ def held_while_waiting(res: Resources, name: str, gate_said_last: bool = True) -
         assert ready["reason"] == "UpgradePending" and "revision 1" in ready["message"], ready
     reconciling = res.condition(MEMCACHED, name, "Reconciling")
     assert (reconciling["status"], reconciling["observedGeneration"]) == ("True", generation), reconciling
-    waited = res.cluster.kubectl(
-        "wait", "--for=condition=Ready", f"{MEMCACHED}/{name}", "-n", res.ns, "--timeout=3s", check=False
-    )
-    assert waited.returncode != 0 and "timed out" in waited.stderr, (waited.stdout, waited.stderr)
+    ready_wait_times_out(res, MEMCACHED, name)
 
 
 def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_and_an_override_applies_once(

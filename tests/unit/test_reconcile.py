@@ -191,12 +191,24 @@ def test_failures_back_off_then_give_up_keeping_the_reason() -> None:
     assert (waiting.outcome.reason, helm.calls.count("upgrade")) == ("UpgradeFailed", 2)
     assert waiting.outcome.phase == "progressing" and 0 < (waiting.retry_after or 0) <= 30
     rt.attempts["ns/t"] = replace(rt.attempts["ns/t"], failures=5)  # max retries (5) reached
-    given_up = run(rt, cr({"message": "two"}, generation=2))
+    said = {
+        "conditions": [
+            {
+                "type": "Released",  # the last action's: a backoff wait keeps it
+                "status": "False",
+                "reason": "UpgradeFailed",
+                "message": "the API server said no",
+            }
+        ]
+    }
+    given_up = run(rt, cr({"message": "two"}, said, generation=2))
     assert (given_up.outcome.phase, given_up.outcome.reason, helm.calls.count("upgrade")) == (
         "stalled",
         "RetriesExhausted",
         2,
     )
+    # The cause stays named (what `rollout status` shows of a failed member, and a person reads).
+    assert given_up.outcome.message.endswith("; the last failure (UpgradeFailed): the API server said no")
 
 
 def test_a_permanent_failure_is_announced_once() -> None:
