@@ -87,7 +87,13 @@ def _signal_postmaster(res: Resources, pod: str, signal: str) -> None:
     pid = res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "bash", "-c",
                               'head -1 "$PGDATA/postmaster.pid"').stdout.strip()  # fmt: skip
     if pid != "1":
-        res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "kill", f"-{signal}", pid)
+        # bash's own kill: the image need not have a kill program (procps). After a SIGKILL the
+        # container may end before the exec returns (the exec then ends with 137, killed with it).
+        sent = res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "bash", "-c",
+                                   'kill -"$1" "$2"', "kill", signal, pid, check=False)  # fmt: skip
+        if sent.returncode != 0 and not (signal == "KILL" and sent.returncode == 137):
+            said = sent.stderr.strip()
+            raise RuntimeError(f"kill -{signal} {pid} in {pod}: exit {sent.returncode}: {said}")
         return
     got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
     container = next(c for c in got["status"]["containerStatuses"] if c["name"] == "postgres")["containerID"]
