@@ -2,9 +2,9 @@
 
 When a test fails (in its setup or its body), this gathers what one needs to tell a product race
 from a test defect without running it again: the tail of every operator process that served it,
-the Events and the custom resources' conditions of the namespaces it made, ``helm list``, the
-load average and what the last wait saw. The compact part goes into pytest's report of the test
-(and so into the part's log); everything is copied to ``.work/e2e-artifacts/<test>/``, with
+the Events, Pods (with their logs) and custom resources' conditions of the namespaces it made,
+``helm list``, the load average and what the last wait saw. The compact part goes into pytest's
+report of the test (and so into the part's log); everything is copied to ``.work/e2e-artifacts/<test>/``, with
 ``summary.txt`` the few lines ``tools/test-parts`` prints in the run's closing block.
 """
 
@@ -26,6 +26,9 @@ from .operator import REPO, OperatorProcess, Wait
 
 ARTIFACTS = Path(os.environ.get("HELM_OPERATOR_E2E_ARTIFACTS", REPO / ".work/e2e-artifacts"))
 TAIL = 12  # operator log lines per process in the compact diagnosis
+
+
+POD_LOGS = 20  # Pods of a namespace whose logs a failed test keeps
 
 
 def folder_for(nodeid: str) -> Path:
@@ -125,6 +128,7 @@ def _cluster_state(cluster: DevCluster, helm: Path | None, since: float, folder:
         (folder / f"events-{ns}.txt").write_text(events)
         out.append(f"--- namespace {ns}: last events")
         out.extend(line[:240] for line in events.splitlines()[-10:])
+        out.extend(_pods(cluster, ns, folder))
         if kinds:
             got = cluster.kubectl("get", kinds, "-n", ns, "-o", "json", check=False, timeout=30)
             if got.returncode == 0:
@@ -142,6 +146,27 @@ def _cluster_state(cluster: DevCluster, helm: Path | None, since: float, folder:
         out.append("--- helm list (the test's namespaces)")
         out.extend(mine or ["(no release)"])
     return out
+
+
+def _pods(cluster: DevCluster, ns: str, folder: Path) -> list[str]:
+    """The namespace's Pods (phase, restarts, node) in the diagnosis, and their containers' logs
+    with timestamps in ``pod-logs-<ns>.txt`` (the real node's: what a database or etcd member said
+    while the test failed; a fake node's Pods have none)."""
+    listed = cluster.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False, timeout=20).stdout
+    (folder / f"pods-{ns}.txt").write_text(listed)
+    names = cluster.kubectl("get", "pods", "-n", ns, "-o", "name", check=False, timeout=20).stdout.split()
+    logs = []
+    for name in names[:POD_LOGS]:
+        for previous in ([], ["--previous"]):
+            got = cluster.kubectl(
+                "logs", "-n", ns, name, "--all-containers", "--prefix", "--timestamps", "--tail=400",
+                *previous, check=False, timeout=20,
+            )  # fmt: skip
+            if got.returncode == 0 and got.stdout:
+                logs.append(f"=== {name}{' (previous)' if previous else ''}\n{got.stdout}")
+    if logs:
+        (folder / f"pod-logs-{ns}.txt").write_text("\n".join(logs))
+    return [f"--- namespace {ns}: pods", *(line[:240] for line in listed.splitlines()[: POD_LOGS + 1])]
 
 
 def keep_cluster_logs(cluster: DevCluster) -> None:
