@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -395,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from helm_operator.runtime import logs
 
     logs.setup(logging.DEBUG if args.verbose else logging.INFO, getattr(args, "log_format", "text"))
+    if args.command not in ("run", "dev"):
+        # A report piped into `head` ends quietly, as a Unix tool does (no BrokenPipeError trace).
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if args.command != "dev":
         rc: int = args.func(args)
         return rc

@@ -161,3 +161,18 @@ def test_an_api_server_that_cannot_be_reached_is_one_line_not_a_traceback(tmp_pa
         f"helm-operator: cannot reach the Kubernetes API server at https://127.0.0.1:{port}: "
     ), line
     assert line.endswith(f"Connection refused (credentials: {kubeconfig})"), line
+
+
+def test_a_report_cut_short_by_its_reader_ends_quietly() -> None:
+    """`helm-operator rollout status | head -3`: the reader goes away, the command ends as a Unix
+    tool does (no BrokenPipeError traceback on stderr)."""
+    many = "from helm_operator.cli.main import main\nfor _ in range(300): main(['rollout', 'crd'])\n"
+    proc = subprocess.run(
+        f'{sys.executable} -c "{many}" | head -1',
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+    assert proc.stdout == "apiVersion: apiextensions.k8s.io/v1\n" and proc.stderr == "", proc.stderr[-500:]

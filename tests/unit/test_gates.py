@@ -171,13 +171,19 @@ def test_a_gate_cannot_hold_an_action_it_does_not_declare(monkeypatch: pytest.Mo
 
 
 def test_the_first_gate_that_holds_ends_the_asking_and_the_rest_say_they_hold_nothing() -> None:
-    cr = resource({WINDOWS_ANNOTATION: CLOSED, APPROVAL_ANNOTATION: "maybe"})
+    cr = resource(
+        {WINDOWS_ANNOTATION: CLOSED, APPROVAL_ANNOTATION: "maybe", WINDOW_OVERRIDE_ANNOTATION: "CHG-8"}
+    )
     passage = asyncio.run(gates.through(change(cr, A.UPGRADE)))
     assert passage.ended is not None and passage.ended.outcome.reason == Reason.INVALID_APPROVAL
     assert "windows" not in passage.heard  # not asked: an invalid approval holds before it
     contributions = gates.said(cr, passage.heard)
     pending = [c for x in contributions for c in x.conditions if c.type == "UpgradePending"]
     assert [(c.status, c.reason) for c in pending] == [(False, Reason.NOTHING_PENDING)]
+    # An override given while another gate holds the change is spent: it never lets a later
+    # change through (a rollout's next wave, a retry) unseen.
+    (spent,) = [x.fields["maintenance"]["lastOverride"] for x in contributions if "maintenance" in x.fields]
+    assert (spent["value"], spent["applied"]) == ("CHG-8", False)
     assert [(e.type, e.reason) for e in passage.ended.events] == [
         (EventType.WARNING, Reason.INVALID_APPROVAL)
     ]

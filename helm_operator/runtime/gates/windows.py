@@ -10,6 +10,7 @@ from helm_operator.core.conditions import Contribution
 from helm_operator.core.naming import WINDOW_OVERRIDE_ANNOTATION, WINDOWS_ANNOTATION
 from helm_operator.core.vocabulary import ConditionType, Event, Reason
 from helm_operator.release.outcome import Outcome
+from helm_operator.release.state import Action
 from helm_operator.release.windows import (
     WAITS_FOR_A_WINDOW,
     Gate,
@@ -52,11 +53,14 @@ class Windows:
         )
 
     def idle(self, cr: Resource) -> Contribution | None:
+        """Not asked (an earlier gate holds the change, or nothing was decided): no change waits
+        for a window, so an override given meanwhile is spent, as when nothing waits at all."""
         try:
             windows = effective(cr.watch.maintenance, cr.annotations)
         except WindowError:
             return None  # the check's stall says so
-        return contribution(cr.status, Gate(windows), "", dt.datetime.now(dt.UTC))
+        now = dt.datetime.now(dt.UTC)
+        return contribution(cr.status, gate(Action.NOTHING, windows, now, cr.annotations, cr.status), "", now)
 
 
 def _overridden(change: Change, windows: Maintenance, allowed: Gate) -> tuple[Event, ...]:
