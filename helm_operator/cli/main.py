@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -396,11 +395,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from helm_operator.runtime import logs
 
     logs.setup(logging.DEBUG if args.verbose else logging.INFO, getattr(args, "log_format", "text"))
-    if args.command not in ("run", "dev"):
-        # A report piped into `head` ends quietly, as a Unix tool does (no BrokenPipeError trace).
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if args.command != "dev":
-        rc: int = args.func(args)
+        try:
+            rc: int = args.func(args)
+            sys.stdout.flush()  # here, not at exit: a reader gone by now is caught below
+        except BrokenPipeError:  # a report piped into `head`: end quietly, as a Unix tool does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+            return 0
         return rc
     from helm_operator.dev.devcluster import ClusterError
     from helm_operator.dev.tools import ToolsMissing

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helm_operator.cli.main import main
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -176,3 +178,7 @@ def test_a_report_cut_short_by_its_reader_ends_quietly() -> None:
         cwd=Path(__file__).parents[2],
     )
     assert proc.stdout == "apiVersion: apiextensions.k8s.io/v1\n" and proc.stderr == "", proc.stderr[-500:]
+    # In process (as the tests and anyone embedding the CLI call it): no signal disposition changed.
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    main(["rollout", "crd"])
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
