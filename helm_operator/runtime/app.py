@@ -18,7 +18,6 @@ import signal
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,12 +28,11 @@ from typing import Any, cast
 import kopf
 import prometheus_client
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.apisession import bounded_session
 from helm_operator.adapters.discovery import Discovery
 from helm_operator.adapters.helm import Helm, HelmSettings
-from helm_operator.adapters.kube import Kube, ObjectRef
+from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.metrics import LEADER, QUEUE_DEPTH, ReleaseStates
 from helm_operator.adapters.relay import Relay
 from helm_operator.adapters.release_index import ReleaseIndex
@@ -43,11 +41,8 @@ from helm_operator.config.sharding import Ring, Shard, describe
 from helm_operator.config.watches import (
     Watch,
     WatchesError,
-    in_ring,
-    resolve,
     selector_matches,
     selector_query,
-    sharded,
 )
 from helm_operator.core.lease import Gate, open_gate
 from helm_operator.core.locks import Concurrency
@@ -58,9 +53,9 @@ from helm_operator.hooks import conversion
 from helm_operator.hooks.day2 import Day2
 from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
-from helm_operator.runtime import allocator, rollouts
+from helm_operator.runtime import allocator, preflight, rollouts
 from helm_operator.runtime.fence import Fence, FencedApiClient
-from helm_operator.runtime.finalize import finalize
+from helm_operator.runtime.finalize import finish_stuck_deletion
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
 from helm_operator.runtime.kopf_discovery import adapt_kopf_observation
 from helm_operator.runtime.leader import LeaderSettings, Leadership
@@ -72,7 +67,6 @@ from helm_operator.runtime.webhook import ConversionWebhook, WebhookSettings
 
 log = logging.getLogger(__name__)
 
-CRD_WAIT_LOG_EVERY = 5.0
 KUBE_THREADS = 64  # threads for blocking API calls (idle ones cost no CPU)
 TRIM_EVERY = 30.0  # seconds between returns of freed heap to the kernel
 _WORKDIR_PREFIX = "helm-operator-"
@@ -243,29 +237,9 @@ class App:
         self.drift.poke_threadsafe(owner, change)
 
     def resolve_watches(self) -> list[Watch]:
-        """Each watch with its plural and scope from API discovery; waits for missing CRDs, saying
-        which every few seconds. Raises WatchesError when the file contradicts the server."""
-        resolved: list[Watch] = []
-        last_log = 0.0
-        pending = list(self.settings.watches)
-        while pending:
-            self.discovery.refresh()
-            waiting = []
-            for w in pending:
-                served = self.discovery.find(w.group, w.version, w.kind)
-                if served is None:
-                    waiting.append(w)
-                else:
-                    found = resolve(w, served.plural, served.namespaced)
-                    resolved.append(in_ring(sharded(found, self.settings.shard), self.settings.ring))
-            pending = waiting
-            if pending:
-                if time.monotonic() - last_log >= CRD_WAIT_LOG_EVERY:
-                    names = ", ".join(f"{w.kind} ({w.api_version})" for w in pending)
-                    log.warning("waiting for the API server to serve %s: is its CRD applied?", names)
-                    last_log = time.monotonic()
-                time.sleep(1.0)
-        return [next(r for r in resolved if r.key == w.key) for w in self.settings.watches]
+        return preflight.resolve_watches(
+            self.discovery, self.settings.watches, self.settings.shard, self.settings.ring
+        )
 
     def _start_webhook(self) -> None:
         """Every replica serves conversions, before it waits for a lease."""
@@ -278,84 +252,6 @@ class App:
             client.ApiClient(self.kube_config), self.settings.conversion, kinds, self.workdir
         )
         self.webhook.start()
-
-    def _check_conversions(self, watches: Sequence[Watch]) -> None:
-        """Each converted kind's served versions all have a way between them (else exit 2, naming
-        the pairs); its CRD then converts through the webhook. A kind whose CRD serves versions of
-        different schemas without any converter is refused too (its objects would be read with
-        their fields pruned and their releases upgraded from what is left)."""
-        self._refuse_unconverted(watches)
-        if self.webhook is None:
-            return
-        for w in watches:
-            kind = self.webhook.kinds.get((w.group, w.kind))
-            if kind is None:
-                continue
-            crd = f"{w.served_plural}.{w.group}"
-            served, _ = self.webhook.served_versions(crd)
-            gaps = conversion.missing(kind, served)
-            if gaps:
-                pairs = ", ".join(f"{a} -> {b}" for a, b in gaps)
-                raise WatchesError(
-                    w.source,
-                    f"CRD {crd} serves {', '.join(served)} but no converter goes {pairs} "
-                    f"(declare @hooks.convert for each, or both ways through {w.version})",
-                    fieldname="hooks",
-                )
-            if len(served) > 1:
-                self.webhook.inject(crd)
-        if self.webhook.crds:
-            threading.Thread(
-                target=self.webhook.watch_reachability, name="conversion-check", daemon=True
-            ).start()
-
-    def _refuse_unconverted(self, watches: Sequence[Watch]) -> None:
-        kinds = self.webhook.kinds if self.webhook is not None else {}
-        apiext = client.ApiextensionsV1Api(client.ApiClient(self.kube_config))
-        for w in watches:
-            if (w.group, w.kind) in kinds:
-                continue
-            crd = f"{w.served_plural}.{w.group}"
-            try:
-                found = apiext.api_client.sanitize_for_serialization(
-                    apiext.read_custom_resource_definition(crd)
-                )
-            except ApiException as exc:
-                if exc.status != 404:  # a missing CRD is reported where the watch starts
-                    log.warning("could not read CRD %s to check its versions: %s", crd, exc.reason)
-                continue
-            spec = found.get("spec") or {}
-            if (spec.get("conversion") or {}).get("strategy", "None") != "None":
-                continue  # converted by a webhook of its own
-            versions = conversion.differing(spec.get("versions") or [])
-            if versions:
-                raise WatchesError(
-                    w.source,
-                    f"CRD {crd} serves {', '.join(versions)} with different schemas and no converter: "
-                    f"declare @hooks.convert both ways between {w.version} and each other version in "
-                    "a hook module (the watch's hooks: field), or serve one version",
-                    fieldname="hooks",
-                )
-
-    def _refuse_rollouts_in_a_ring(self) -> None:
-        """One driver per fleet: not a ring's every replica (refused before any Lease is taken)."""
-        staged = [w for w in self.settings.watches if w.rollout is not None]
-        if staged and self.settings.ring is not None:
-            raise WatchesError(
-                staged[0].source,
-                "a rollout policy is not supported with --controller-ring yet (every replica would "
-                "drive the same rollout); use static shards or one replica",
-                fieldname="rollout",
-            )
-
-    def _check_rollouts(self, watches: Sequence[Watch]) -> None:
-        """Rollout policies need their CRD."""
-        staged = [w for w in watches if w.rollout is not None]
-        if not staged:
-            return
-        missing = rollouts.missing_crd(self.kube)
-        if missing:
-            raise WatchesError(staged[0].source, missing, fieldname="rollout")
 
     def _wire(self, watches: Sequence[Watch]) -> None:
         registry, runtime, drift = self.registry, self.runtime, self.drift
@@ -493,35 +389,8 @@ class App:
                 signal.signal(s, handler)
 
     def release_stuck(self, kind: str, name: str, namespace: str | None, force: bool = False) -> str:
-        """Uninstall one resource's release and drop the operator's finalizer from it: the way out
-        when the resource is being deleted and no operator runs to finish it. A resource that is
-        not being deleted is refused unless ``force``: its release would be uninstalled under a
-        resource that still says it is there (and a running operator would install it again)."""
-        watches = self.resolve_watches()
-        matches = [w for w in watches if kind in (w.kind, w.plural, f"{w.plural}.{w.group}", w.kind.lower())]
-        if len(matches) != 1:
-            known = ", ".join(f"{w.kind} ({w.plural}.{w.group})" for w in watches)
-            raise ValueError(f"{kind!r} names {len(matches)} watched kinds; known: {known}")
-        watch = matches[0]
-        ns = namespace if watch.scope == "Namespaced" else None
-        ref = ObjectRef(watch.api_version, watch.kind, name, ns)
-        body = self.kube.get_custom(ref, watch.served_plural)
-        if body is None:
-            raise ValueError(f"{watch.kind} {name} not found" + (f" in namespace {ns}" if ns else ""))
-        where = f" -n {ns}" if ns else ""
-        if not body["metadata"].get("deletionTimestamp") and not force:
-            raise ValueError(
-                f"{watch.kind} {name} is not being deleted: finalize uninstalls the release of a "
-                f"resource whose deletion waits for no operator; delete it first "
-                f"(kubectl delete {watch.plural}.{watch.group} {name}{where}), or pass --force to "
-                f"uninstall its release and leave the resource"
-            )
-        message, _ = asyncio.run(finalize(self.runtime, watch, ns, name))
-        finalizers = body["metadata"].get("finalizers") or []
-        if FINALIZER in finalizers and body["metadata"].get("deletionTimestamp"):
-            self.kube.drop_finalizer(ref, watch.served_plural, finalizers, FINALIZER)
-            message += f"; finalizer {FINALIZER} removed"
-        return message
+        """The ``finalize`` command (``finalize.finish_stuck_deletion``)."""
+        return finish_stuck_deletion(self.runtime, self.resolve_watches(), kind, name, namespace, force)
 
     def run(self) -> int:
         try:
@@ -532,7 +401,7 @@ class App:
             if self.settings.probes_bind is not None:
                 serve(self.settings.probes_bind, self.probes)
             self._start_webhook()
-            self._refuse_rollouts_in_a_ring()
+            preflight.refuse_rollouts_in_a_ring(self.settings.watches, self.settings.ring)
             if self.leadership is not None and not self._wait_for_lease():
                 return 0
             if self.fence is not None:
@@ -540,8 +409,8 @@ class App:
             if self.relay is not None:
                 self.relay.start()  # before any helm process: a leader's alone
             watches = self.resolve_watches()  # after the wait: a standby may wait for days
-            self._check_rollouts(watches)
-            self._check_conversions(watches)
+            preflight.check_rollouts(self.kube, watches)
+            preflight.check_conversions(client.ApiClient(self.kube_config), self.webhook, watches)
             LEADER.set(1)
             self.probes.lead()
             self._wire(watches)

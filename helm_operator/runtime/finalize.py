@@ -4,14 +4,14 @@ Framework-free like the reconcile (kopf's delete handler and the ``finalize`` co
 the release's lock is held from reading Helm's record to the uninstall, what depends on the
 resource goes first, the ``before uninstall`` hooks may hold it, a release whose record went
 before its objects is swept by its owner label, and a deletion that waits says why on the
-resource once.
+resource once; and the ``finalize`` command that finishes a deletion when no operator runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -21,7 +21,7 @@ from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.config.watches import Watch
 from helm_operator.core.conditions import Contribution, Owner, says
-from helm_operator.core.naming import OWNER_LABEL
+from helm_operator.core.naming import FINALIZER, OWNER_LABEL
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import manifest_ids
 from helm_operator.hooks.day2 import HookResult
@@ -169,3 +169,36 @@ async def deletion_waits(
     etype = EventType.NORMAL if r.waiting else EventType.WARNING
     new = [] if says(before, r.message) else [Event(etype, r.reason, r.message)]
     await rt.reporter.events(ref, [*exc.events, *new])
+
+
+def finish_stuck_deletion(
+    rt: Runtime, watches: Sequence[Watch], kind: str, name: str, namespace: str | None, force: bool = False
+) -> str:
+    """The ``finalize`` command: uninstall one resource's release and drop the operator's finalizer
+    from it, the way out when the resource is being deleted and no operator runs to finish it. A
+    resource that is not being deleted is refused unless ``force``: its release would be uninstalled
+    under a resource that still says it is there (and a running operator would install it again)."""
+    matches = [w for w in watches if kind in (w.kind, w.plural, f"{w.plural}.{w.group}", w.kind.lower())]
+    if len(matches) != 1:
+        known = ", ".join(f"{w.kind} ({w.plural}.{w.group})" for w in watches)
+        raise ValueError(f"{kind!r} names {len(matches)} watched kinds; known: {known}")
+    watch = matches[0]
+    ns = namespace if watch.scope == "Namespaced" else None
+    ref = ObjectRef(watch.api_version, watch.kind, name, ns)
+    body = rt.kube.get_custom(ref, watch.served_plural)
+    if body is None:
+        raise ValueError(f"{watch.kind} {name} not found" + (f" in namespace {ns}" if ns else ""))
+    where = f" -n {ns}" if ns else ""
+    if not body["metadata"].get("deletionTimestamp") and not force:
+        raise ValueError(
+            f"{watch.kind} {name} is not being deleted: finalize uninstalls the release of a "
+            f"resource whose deletion waits for no operator; delete it first "
+            f"(kubectl delete {watch.plural}.{watch.group} {name}{where}), or pass --force to "
+            f"uninstall its release and leave the resource"
+        )
+    message, _ = asyncio.run(finalize(rt, watch, ns, name))
+    finalizers = body["metadata"].get("finalizers") or []
+    if FINALIZER in finalizers and body["metadata"].get("deletionTimestamp"):
+        rt.kube.drop_finalizer(ref, watch.served_plural, finalizers, FINALIZER)
+        message += f"; finalizer {FINALIZER} removed"
+    return message
