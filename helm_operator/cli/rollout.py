@@ -13,6 +13,8 @@ from typing import Any
 from helm_operator.cli.common import UserError, api_client, reporting
 from helm_operator.core.naming import ROLLOUT_GROUP, ROLLOUT_PLURAL, ROLLOUT_VERSION
 
+MEMBERS_SHOWN = 10  # a wave's members named by ``rollout status`` (``-o json``: all its record lists)
+
 
 def _api(args: argparse.Namespace) -> Any:
     from kubernetes import client
@@ -48,7 +50,7 @@ def _list(api: Any) -> list[dict[str, Any]]:
 
 
 def describe(obj: Mapping[str, Any]) -> list[str]:
-    """A rollout as lines of text: its phase, each wave's progress, what failed."""
+    """A rollout as lines of text: its phase, each wave's progress and members, what failed."""
     st = obj.get("status") or {}
     spec = obj.get("spec") or {}
     lines = [
@@ -64,6 +66,10 @@ def describe(obj: Mapping[str, Any]) -> list[str]:
             f"  wave {w['name']}: {w.get('updated', 0)}/{w.get('resources', 0)} updated, "
             f"{w.get('failed', 0)} failed" + (f" ({when})" if when else "")
         )
+        if w.get("members"):
+            listed, total = w["members"][:MEMBERS_SHOWN], int(w.get("resources") or 0)
+            more = f" and {total - len(listed)} more" if total > len(listed) else ""
+            lines.append(f"    members: {', '.join(listed)}{more}")
     for f in st.get("failures") or []:
         lines.append(f"  failed: {f['resource']}: {f['message']}")
     return lines

@@ -31,6 +31,7 @@ Phase = Literal["Progressing", "Paused", "Halted", "Complete", "Aborted"]
 # What a resource reports of itself (status.rollout.state).
 UPDATED, WAITING, FAILED, ROLLED_BACK = "Updated", "Waiting", "Failed", "RolledBack"
 WAITING_NAMED = 5  # resources a wave's message names as holding it up
+MEMBERS_LISTED = 50  # resources a wave's record lists by name (its ``resources`` counts them all)
 
 
 def fleet_digest(chart_name: str, chart_version: str, chart_digest: str, overrides: Mapping[str, Any]) -> str:
@@ -290,7 +291,12 @@ def advance(
     st["waves"] = [records.get(n, {"name": n}) for n in names]
     for rec in st["waves"]:
         group = waves[rec["name"]]
-        rec.update(resources=len(group), updated=sum(m.updated for m in group))
+        # Who is in it, before it starts too: a percent wave's share is not predictable by hand.
+        rec.update(
+            resources=len(group),
+            updated=sum(m.updated for m in group),
+            members=sorted(m.key for m in group)[:MEMBERS_LISTED],
+        )
         # Failures stay counted for the rollout: a rolled back, retried or later updated resource
         # failed all the same.
         rec["failed"] = max(int(rec.get("failed") or 0), sum(m.failed is not None for m in group))

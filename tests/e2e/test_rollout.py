@@ -189,6 +189,11 @@ def test_a_fleet_rolls_out_wave_by_wave_halts_on_a_broken_wave_and_rolls_it_back
         assert seen[f'helm_operator_rollout_resources{{state="failed",watch="{WATCH_KEY}"}}'] == len(failed)
         told = cli(cluster, "status", TINY)
         assert told.returncode == 0 and "Halted" in told.stdout and sorted(failed)[0] in told.stdout, told
+        # Who is in a wave that never started is known all the same.
+        unstarted = next(w for w in status["waves"] if w["name"] == "rest")
+        assert "admittedAt" not in unstarted, unstarted
+        assert unstarted["members"] == sorted(f"{ns}/rest-{i}" for i in range(WAVES["rest"])), unstarted
+        assert f"    members: {ns}/rest-0, {ns}/rest-1" in told.stdout, told.stdout
 
         # Paused, then aborted: the pause goes with the rollout, the failures stay counted, and a
         # resource that never moved keeps what it runs until a change of its own spec.

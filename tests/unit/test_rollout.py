@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
+from helm_operator.cli.rollout import MEMBERS_SHOWN, describe
 from helm_operator.config import rollout as config
 from helm_operator.config.watches import WatchesError, load_watches
 from helm_operator.core.vocabulary import Reason
 from helm_operator.release.rollout import (
     FAILED,
+    MEMBERS_LISTED,
     ROLLED_BACK,
     UPDATED,
     WAITING,
@@ -384,3 +386,21 @@ def test_a_rollout_that_starts_paused_says_why() -> None:
     started = next(m for _, r, m in step.events if r == Reason.ROLLOUT_STARTED)
     assert started == "rollout R2 started paused (spec.paused is set: resume to go on)"
     assert step.status["phase"] == "Paused"
+
+
+def test_every_wave_lists_its_members_before_it_starts_and_rollout_status_names_them() -> None:
+    fleet = members(10, canaries=2)
+    st = step_through(fleet, T0).status
+    waves = assign(POLICY, fleet)
+    listed = {w["name"]: w["members"] for w in st["waves"]}
+    assert listed == {name: sorted(m.key for m in group) for name, group in waves.items()}
+    assert "admittedAt" not in st["waves"][1] and len(listed["half"]) == 3, "known before it starts"
+    text = describe({"metadata": {"name": "tinies.example.com"}, "status": st})
+    assert "    members: ns/r0, ns/r1" in text
+    assert f"    members: {', '.join(listed['all'])}" in text
+
+    big = step_through(members(130), T0).status
+    rest = next(w for w in big["waves"] if w["name"] == "all")
+    assert rest["resources"] == 65 and len(rest["members"]) == MEMBERS_LISTED
+    line = next(x for x in describe({"metadata": {"name": "x"}, "status": big}) if "and 55 more" in x)
+    assert line.count(", ") == MEMBERS_SHOWN - 1, line
