@@ -18,7 +18,7 @@ from helm_operator.core.naming import (
     WINDOW_OVERRIDE_ANNOTATION,
     WINDOWS_ANNOTATION,
 )
-from helm_operator.core.vocabulary import EventType, Reason
+from helm_operator.core.vocabulary import Event, EventType, Reason
 from helm_operator.release.approval import plan_id
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.record import StoredRelease
@@ -187,6 +187,41 @@ def test_the_first_gate_that_holds_ends_the_asking_and_the_rest_say_they_hold_no
     assert [(e.type, e.reason) for e in passage.ended.events] == [
         (EventType.WARNING, Reason.INVALID_APPROVAL)
     ]
+
+
+class Passing:
+    """A gate that lets everything through and says so."""
+
+    name = "passing"
+    holds = frozenset({A.UPGRADE})
+
+    async def check(self, change: Change) -> Pass | Hold | Redirect:
+        return Pass((Event.normal(Reason.PLAN_APPROVED, "through"),))
+
+    def idle(self, cr: Resource) -> Contribution | None:
+        return None
+
+
+class Planning:
+    """A gate that holds an upgrade and tells it by Events of its own (as approval's PlanReady)."""
+
+    name = "planning"
+    holds = frozenset({A.UPGRADE})
+
+    async def check(self, change: Change) -> Pass | Hold | Redirect:
+        waits = Outcome("progressing", Reason.AWAITING_APPROVAL, "waits")
+        return Hold(waits, told_by=None, events=(Event.normal(Reason.PLAN_READY, "plan p1"),))
+
+    def idle(self, cr: Resource) -> Contribution | None:
+        return None
+
+
+def test_a_turn_says_each_event_of_the_gates_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gates, "ORDER", (Passing(), Planning()))
+    passage = asyncio.run(gates.through(change(resource(), A.UPGRADE)))
+    assert passage.ended is not None
+    said = [e.reason for e in (*passage.events, *passage.ended.events)]  # as the reconcile says them
+    assert said == [Reason.PLAN_APPROVED, Reason.PLAN_READY], said
 
 
 def test_diff_says_what_a_change_would_wait_for() -> None:

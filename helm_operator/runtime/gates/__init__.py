@@ -57,9 +57,10 @@ async def through(change: Change) -> Passage:
         if isinstance(answer, Redirect):
             return Passage(heard, tuple(events), await answer.to())
         heard[gate.name] = answer.said if answer.said is not None else gate.idle(change.cr)
-        events += answer.events
         if isinstance(answer, Pass):
+            events += answer.events
             continue
+        # A hold's own Events are the held turn's to say (``held``), once.
         if answer.outcome.phase != "stalled" and change.action not in gate.holds:
             raise AssertionError(f"the {gate.name} gate held {change.action}, which it does not hold")
         return Passage(heard, tuple(events), await held(change, answer))
