@@ -69,3 +69,6 @@ ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_KIND, ROLLOUT_PLURAL = (
 )
 FORCE_UNINSTALL_ANNOTATION = "helm-operator.io/force-uninstall"  # "true": uninstall despite failing hooks
 DAY2_LABEL = "helm-operator.io/day2-of"  # on objects day-2 hooks create (backup Jobs): the owner id
+
+# The ValidatingWebhookConfiguration of a converted CRD: writes checked to be readable in every version.
+READABLE_WEBHOOK = "helm-operator.readable.{crd}"

@@ -7,7 +7,9 @@ spec feeds the chart): ``v1 -> v2 -> v3``. A converter receives a copy of the wh
 returns it in the target version; what it may not change (metadata other than labels and
 annotations) is put back as it came, and ``apiVersion`` is set. An object that cannot be
 converted fails the whole review with a message naming the object and the converter: the API
-server then refuses the request with it, and never stores or returns an unconverted object.
+server then refuses the request with it, and never stores or returns an unconverted object. A
+write of an object that converts to its stored version but not to another served version is
+refused too (``admission``): stored, it would make every read in that version fail.
 """
 
 from __future__ import annotations
@@ -155,3 +157,38 @@ def _answer(uid: str, objects: list[dict[str, Any]], result: dict[str, Any]) -> 
         "kind": "ConversionReview",
         "response": {"uid": uid, "convertedObjects": objects, "result": result},
     }
+
+
+def unreadable(kind: Kind, obj: Mapping[str, Any], served: Sequence[str]) -> str | None:
+    """Why ``obj`` could not be read back in one of the ``served`` versions (None: it can be in
+    every one): what a write is refused for, before one object makes every read of a version fail."""
+    source = str(obj.get("apiVersion", "")).rpartition("/")[2]
+    for version in served:
+        if version == source:
+            continue
+        try:
+            convert(kind, obj, version)
+        except ConversionError as exc:
+            return f"it could not be read as {version}: {exc}"
+    return None
+
+
+def admission(
+    kinds: Mapping[tuple[str, str], Kind],
+    served: Mapping[tuple[str, str], Sequence[str]],
+    body: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The answer to an ``admission.k8s.io/v1`` ``AdmissionReview`` of a converted kind's write:
+    allowed when the object converts to every served version, else denied with the converter's
+    message (a kind this operator does not convert is allowed: not its to judge; so is an object
+    being deleted, whose finalizers must be able to go)."""
+    request = body.get("request") or {}
+    obj = request.get("object") or {}
+    resource = request.get("kind") or {}
+    key = (str(resource.get("group", "")), str(resource.get("kind", "")))
+    going = bool((obj.get("metadata") or {}).get("deletionTimestamp"))  # its finalizers may go
+    why = unreadable(kinds[key], obj, served.get(key) or ()) if key in kinds and not going else None
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": why is None}
+    if why is not None:
+        response["status"] = {"code": 422, "reason": "Invalid", "message": why}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}

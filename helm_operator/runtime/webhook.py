@@ -5,7 +5,9 @@ Its certificate comes from a Secret the replicas share: the first to start makes
 a serving certificate signed by it; any replica renews the serving certificate (and, near its end,
 the CA) ``ROTATE_BEFORE`` its expiry, and every replica reloads what the Secret holds every
 ``RELOAD_EVERY`` seconds. The leader writes the CA into the ``caBundle`` of each converted kind's
-CRD, with the Service (in a cluster) or the loopback URL (the local control plane) to call.
+CRD, with the Service (in a cluster) or the loopback URL (the local control plane) to call, and
+into a ValidatingWebhookConfiguration through which the same server refuses a write that could
+not be read back in every served version.
 """
 
 from __future__ import annotations
@@ -21,26 +23,33 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
 from helm_operator.adapters import certs
-from helm_operator.hooks.conversion import Kind, review
+from helm_operator.core.naming import READABLE_WEBHOOK
+from helm_operator.hooks.conversion import Kind, admission, review
 
 log = logging.getLogger(__name__)
 
 ROTATE_BEFORE = dt.timedelta(days=30)
 RELOAD_EVERY = 300.0
 PATH = "/convert"
+CHECK_PATH = "/readable"  # the validating webhook: a write is refused when it could not be read back
 MAX_BODY = 32 * 1024 * 1024  # the API server sends at most a list's worth of objects
 
 CONVERSIONS = Counter(
     "helm_operator_conversions_total",
     "Objects converted by the conversion webhook, by kind and result (Success, Failure)",
     ["kind", "result"],
+)
+UNREADABLE = Counter(
+    "helm_operator_conversion_writes_refused_total",
+    "Writes of a converted kind refused because the object could not be read back in every served version",
+    ["kind"],
 )
 REACHABLE = Gauge(
     "helm_operator_conversion_webhook_reachable",
@@ -73,18 +82,18 @@ class WebhookSettings:
         out += ["localhost", "127.0.0.1"] + ([host] if host not in ("", "0.0.0.0", "::", "127.0.0.1") else [])
         return out
 
-    def client_config(self, bundle: bytes) -> dict[str, Any]:
-        """The CRD's ``conversion.webhook.clientConfig`` (merge patch: the unused form is removed)."""
+    def client_config(self, bundle: bytes, path: str = PATH) -> dict[str, Any]:
+        """A webhook's ``clientConfig`` (merge patch: the unused form is removed)."""
         ca = base64.b64encode(bundle).decode()
         if self.service:
             ns, name, port = self.service
             return {
-                "service": {"namespace": ns, "name": name, "port": port, "path": PATH},
+                "service": {"namespace": ns, "name": name, "port": port, "path": path},
                 "url": None,
                 "caBundle": ca,
             }
         host = self.bind[0] if self.bind[0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        return {"url": f"https://{host}:{self.bind[1]}{PATH}", "service": None, "caBundle": ca}
+        return {"url": f"https://{host}:{self.bind[1]}{path}", "service": None, "caBundle": ca}
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,7 @@ class _Server(ThreadingHTTPServer):
     ) -> None:
         super().__init__(bind, _Handler)
         self.context, self.kinds = context, kinds
+        self.served: dict[tuple[str, str], list[str]] = {}  # each converted kind's served versions
         self._refusals: dict[str, float] = {}  # message -> when it was last logged
         self._refusals_lock = threading.Lock()
 
@@ -213,18 +223,26 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("conversion webhook: " + format, *args)
 
     def do_POST(self) -> None:
-        if self.path.split("?")[0] != PATH:
+        path = self.path.split("?")[0]
+        if path not in (PATH, CHECK_PATH):
             self._send(404, {"message": f"no such path {self.path}; conversions are POSTed to {PATH}"})
             return
         length = int(self.headers.get("Content-Length") or 0)
         if not 0 < length <= MAX_BODY:
-            self._send(400, {"message": "expected a ConversionReview"})
+            self._send(400, {"message": "expected a ConversionReview or an AdmissionReview"})
             return
         started = time.perf_counter()
         try:
             body = json.loads(self.rfile.read(length))
         except ValueError as exc:
             self._send(400, {"message": f"not JSON: {exc}"})
+            return
+        if path == CHECK_PATH:
+            checked = admission(self.server.kinds, self.server.served, body)
+            if not checked["response"]["allowed"]:
+                UNREADABLE.labels(kind=str(((body.get("request") or {}).get("kind") or {}).get("kind"))).inc()
+                self.server.refused(f"write refused: {checked['response']['status']['message']}")
+            self._send(200, checked)
             return
         answer = review(self.server.kinds, body)
         response = answer["response"]
@@ -345,8 +363,11 @@ class ConversionWebhook:
                 said[crd] = why
 
     def inject(self, crd: str) -> None:
-        """Point the CRD's conversion at this webhook, trusting its CA (a no-op when it does)."""
+        """Point the CRD's conversion at this webhook, trusting its CA (a no-op when it does), and
+        have the API server ask it whether a write of the kind could be read back in every served
+        version (``check_writes``)."""
         assert self.current is not None
+        self.check_writes(crd)
         patch = {
             "spec": {
                 "conversion": {
@@ -362,3 +383,51 @@ class ConversionWebhook:
         if crd not in self.crds:
             log.info("conversion webhook: CRD %s converts through it", crd)
         self.crds.add(crd)
+
+    def check_writes(self, crd: str) -> None:
+        """The CRD's ValidatingWebhookConfiguration (created, or made current): creates and updates
+        of the kind, in any version as written, are sent to ``CHECK_PATH``. Its failure policy is
+        Ignore: with no replica serving, writes are not checked (those that need a conversion fail
+        all the same), and deleting a resource or dropping its finalizer never waits for us."""
+        assert self.current is not None and self._server is not None
+        obj: Any = self.apiext.read_custom_resource_definition(crd)
+        group, plural, kind = obj.spec.group, obj.spec.names.plural, obj.spec.names.kind
+        self._server.served[(group, kind)] = [v.name for v in obj.spec.versions if v.served]
+        name = READABLE_WEBHOOK.format(crd=crd)
+        body: dict[str, Any] = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "helm-operator"}},
+            "webhooks": [
+                {
+                    "name": f"readable.{crd}",
+                    "clientConfig": {
+                        k: v
+                        for k, v in self.settings.client_config(self.current.bundle, CHECK_PATH).items()
+                        if v is not None
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [group],
+                            "apiVersions": ["*"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": [plural],
+                            "scope": "*",
+                        }
+                    ],
+                    "matchPolicy": "Exact",  # the object as written: its own version is readable
+                    "failurePolicy": "Ignore",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 5,
+                }
+            ],
+        }
+        api = client.AdmissionregistrationV1Api(self.apiext.api_client)
+        try:
+            api.create_validating_webhook_configuration(cast(Any, body))  # a dict serialises as the model
+            log.info("conversion webhook: writes of %s are checked to be readable in every version", crd)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            api.patch_validating_webhook_configuration(name, body)

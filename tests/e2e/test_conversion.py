@@ -28,6 +28,7 @@ from .pace import lease_timings
 GROUP = "conv.test.helm-operator.io"
 CRD = f"greetings.{GROUP}"
 KEPT = f"{GROUP}/v2-greeting"
+READABLE = f"helm-operator.readable.{CRD}"  # the operator's check that a write can be read back
 
 
 def crd(versions: list[str], storage: str) -> dict[str, Any]:
@@ -212,7 +213,8 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
         time.sleep(25)  # a resync period and more: a conversion alone makes no revision
         assert {n: revision(helm4, ns, n) for n in ("old", "new")} == before == {"old": 2, "new": 1}
 
-        # A converter that raises: the client sees its message, nothing is stored.
+        # A converter that raises: the client sees its message (the operator's check of the write
+        # refuses it before the API server would convert it to store it), nothing is stored.
         refused = apply(cluster, greeting("v2", "boom", {"greeting": {"text": "boom"}}), ns, check=False)
         assert refused.returncode != 0 and "greeting.text 'boom' has no v1 form" in refused.stderr, (
             refused.stderr
@@ -220,7 +222,7 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
         assert not res.exists(f"greetings.{GROUP}", "boom")
         seen = metrics(op.metrics_port)
         assert seen['helm_operator_conversions_total{kind="Greeting",result="Success"}'] > 0
-        assert seen['helm_operator_conversions_total{kind="Greeting",result="Failure"}'] >= 1
+        assert seen['helm_operator_conversion_writes_refused_total{kind="Greeting"}'] >= 1
 
         # Storage moves to v2: migrated, storedVersions trimmed; safe to run twice.
         apply(cluster, crd(["v1", "v2"], "v2"), "default")
@@ -249,6 +251,19 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
         ]
         assert stored == ["v2"], stored
         assert {n: revision(helm4, ns, n) for n in ("old", "new")} == {"old": 2, "new": 1}
+
+        # Stored as v2, a v2 object with no v1 form needs no conversion to be stored: refused all
+        # the same, by the operator's check of writes (stored, it would fail every read as v1).
+        checked = json.loads(
+            cluster.kubectl("get", "validatingwebhookconfiguration", READABLE, "-o", "json").stdout
+        )
+        assert checked["webhooks"][0]["clientConfig"]["url"] == f"https://127.0.0.1:{port}/readable", checked
+        refused = apply(cluster, greeting("v2", "boom", {"greeting": {"text": "boom"}}), ns, check=False)
+        assert refused.returncode != 0 and "it could not be read as v1" in refused.stderr, refused.stderr
+        assert "greeting.text 'boom' has no v1 form" in refused.stderr, refused.stderr
+        assert not res.exists(f"greetings.{GROUP}", "boom")
+        listed = json.loads(cluster.kubectl("get", f"greetings.v1.{GROUP}", "-n", ns, "-o", "json").stdout)
+        assert sorted(i["metadata"]["name"] for i in listed["items"]) == ["new", "old"], listed
 
         # The webhook unreachable (the CRD pointed elsewhere) while the operator runs: a v1 write
         # needs a conversion and fails with the API server's message; the operator keeps running
@@ -295,6 +310,9 @@ def test_two_api_versions_converted_by_python_through_the_operator_s_webhook(
             )
         op.stop()
         cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", check=False)
+        cluster.kubectl(
+            "delete", "validatingwebhookconfiguration", READABLE, "--ignore-not-found", check=False
+        )
         cluster.kubectl("delete", "secret", secret, "-n", "default", "--ignore-not-found", check=False)
 
 
@@ -398,6 +416,9 @@ def test_a_standby_serves_conversions_and_the_next_leader_keeps_serving_them(
         for op, _, _ in replicas:
             op.stop()
         cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", check=False)
+        cluster.kubectl(
+            "delete", "validatingwebhookconfiguration", READABLE, "--ignore-not-found", check=False
+        )
         cluster.kubectl("delete", "secret", secret, "-n", "default", "--ignore-not-found", check=False)
 
 

@@ -15,7 +15,17 @@ import pytest
 
 from helm_operator.adapters import certs
 from helm_operator.hooks import Hooks
-from helm_operator.hooks.conversion import ConversionError, Kind, convert, differing, missing, review, way
+from helm_operator.hooks.conversion import (
+    ConversionError,
+    Kind,
+    admission,
+    convert,
+    differing,
+    missing,
+    review,
+    unreadable,
+    way,
+)
 from helm_operator.hooks.errors import HookLoadError
 from helm_operator.hooks.loader import load
 from helm_operator.runtime.webhook import Material, WebhookSettings, _renewed, _Server
@@ -220,3 +230,25 @@ def test_a_refused_conversion_is_logged_once_a_minute_however_often_it_is_asked(
         assert len(lines) == 2 and "ns/a" in lines[0] and "ns/b" in lines[1], lines
     finally:
         server.server_close()
+
+
+def test_a_write_that_could_not_be_read_back_in_every_served_version_is_refused() -> None:
+    served = {("g.io", "Greeting"): ["v1", "v2"]}
+
+    def ask(o: dict[str, Any], group: str = "g.io") -> dict[str, Any]:
+        request = {"uid": "r1", "kind": {"group": group, "version": "v2", "kind": "Greeting"}, "object": o}
+        return admission({("g.io", "Greeting"): KIND}, served, {"request": request})["response"]
+
+    assert ask(obj("v2", {"greeting": {"text": "hi"}})) == {"uid": "r1", "allowed": True}
+    refused = ask(obj("v2", {"greeting": {"text": "boom"}}))
+    assert refused["allowed"] is False and refused["status"]["code"] == 422, refused
+    message = refused["status"]["message"]
+    assert message.startswith("it could not be read as v1: Greeting ns/a: converter v2 -> v1 (down, ")
+    assert "ValueError: no v1 form" in message, message
+    # A kind served in one version has nothing else to be read as; a kind it does not convert is
+    # not its to judge.
+    assert unreadable(KIND, obj("v2", {"greeting": {"text": "boom"}}), ["v2"]) is None
+    assert ask(obj("v2", {"greeting": {"text": "boom"}}), group="other.io")["allowed"] is True
+    going = obj("v2", {"greeting": {"text": "boom"}})
+    going["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    assert ask(going)["allowed"] is True, "an object being deleted may lose its finalizers"

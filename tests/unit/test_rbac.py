@@ -480,6 +480,10 @@ def test_a_kind_with_converters_may_patch_its_own_crd_and_no_other() -> None:
     patch = [g for g in grants if g.resource == "customresourcedefinitions" and "patch" in g.verbs]
     assert [(g.names, g.verbs) for g in patch] == [((f"things.{CRD_GROUP}",), ("patch",))]
     assert not [g for g in derive() if g.resource == "customresourcedefinitions" and "patch" in g.verbs]
+    # ... and its writes checked by a ValidatingWebhookConfiguration of its own
+    hooks = [(g.names, g.verbs) for g in grants if g.resource == "validatingwebhookconfigurations"]
+    assert hooks == [((), ("create",)), ((f"helm-operator.readable.things.{CRD_GROUP}",), ("patch",))]
+    assert not [g for g in derive() if g.resource == "validatingwebhookconfigurations"]
 
 
 def test_the_namespaced_kinds_a_chart_templates_are_what_its_resource_controls() -> None:

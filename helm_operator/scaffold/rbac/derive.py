@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helm_operator.core.naming import READABLE_WEBHOOK
 from helm_operator.scaffold.rbac.grants import (
     Collector,
     Grant,
@@ -26,6 +27,8 @@ from helm_operator.scaffold.rbac.resources import (
     ApiResource,
     group_of,
 )
+
+ADMISSION_GROUP = "admissionregistration.k8s.io"
 
 # ---------------------------------------------------------------------------------------------
 # Deriving everything for a project
@@ -124,6 +127,11 @@ def derive(
                 # converters: the operator points its own CRD at its conversion webhook
                 crd = f"{own.plural}.{own.group}"
                 out.grants.append(Grant(CLUSTER, CRD_GROUP, "customresourcedefinitions", ("patch",), (crd,)))
+                # ... and has writes of it checked to be readable in every version (create cannot
+                # be limited to a name)
+                hooks, hook = "validatingwebhookconfigurations", READABLE_WEBHOOK.format(crd=crd)
+                out.grants.append(Grant(CLUSTER, ADMISSION_GROUP, hooks, ("create",)))
+                out.grants.append(Grant(CLUSTER, ADMISSION_GROUP, hooks, ("patch",), (hook,)))
         for api_version, kind in sorted(w.lookups):
             collect.kind(api_version, kind, ("get", "list"), f"{w.chart} (lookup)", generated=False)
         for filename, source in w.hook_sources:
