@@ -124,9 +124,10 @@ def cluster(tools: Toolchain, request: pytest.FixtureRequest) -> Iterator[DevClu
 
 
 @pytest.fixture(scope="session")
-def real_node(cluster: DevCluster) -> Iterator[RealNode]:
+def real_node(cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[RealNode]:
     """One real kubelet node (containerd) joins the session's cluster when a test first needs real
-    processes, with every image imported; on teardown nothing of it may stay on the machine."""
+    processes, with every image imported; on teardown nothing of it may stay on the machine (its
+    components' logs are kept when a test failed)."""
     if cluster.real_node is not None:
         yield cluster.real_node
         return
@@ -136,6 +137,8 @@ def real_node(cluster: DevCluster) -> Iterator[RealNode]:
     try:
         yield node
     finally:
+        if request.session.testsfailed:
+            diagnosis.keep_node_logs(node)
         left = node.stop()
         assert left == [], f"the real node left traces on the machine: {left}"
 

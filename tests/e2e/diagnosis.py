@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from helm_operator.dev.devcluster import DevCluster
+from helm_operator.dev.realnode import RealNode
 
 from . import pace
 from .operator import REPO, OperatorProcess, Wait
@@ -174,3 +175,10 @@ def keep_cluster_logs(cluster: DevCluster) -> None:
     to ``.work/e2e-artifacts/cluster-<name>/`` before the cluster and its folder are removed."""
     for logs in cluster.root.glob("kwok/clusters/*/logs"):
         shutil.copytree(logs, ARTIFACTS / f"cluster-{cluster.name}", dirs_exist_ok=True)
+
+
+def keep_node_logs(node: RealNode) -> None:
+    """Copy the real node's component logs (containerd, kubelet, kube-proxy, CoreDNS) to
+    ``.work/e2e-artifacts/real-node/`` before the node and its folder are removed."""
+    if node.paths.logs.is_dir():
+        shutil.copytree(node.paths.logs, ARTIFACTS / "real-node", dirs_exist_ok=True)
