@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from helm_operator.cli.common import UserError, api_client, reporting
 from helm_operator.core.naming import ROLLOUT_GROUP, ROLLOUT_PLURAL, ROLLOUT_VERSION
 
+WAIT_FOR_OPERATOR = (
+    30.0  # seconds pause/resume/abort wait for the operator to take them (it looks every 15 s)
+)
+POLL_EVERY = 0.5
 MEMBERS_SHOWN = 10  # a wave's members named by ``rollout status`` (``-o json``: all its record lists)
 
 
@@ -88,23 +94,63 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _steer(args: argparse.Namespace, change: Any, said: str) -> int:
+def _ended(obj: Mapping[str, Any]) -> str | None:
+    """The phase of a rollout that is over (Complete, Aborted), None while it is not."""
+    phase = (obj.get("status") or {}).get("phase")
+    return str(phase) if phase in ("Complete", "Aborted") else None
+
+
+def _steer(
+    args: argparse.Namespace,
+    change: Any,
+    said: str,
+    taken: Callable[[Mapping[str, Any], Mapping[str, Any]], bool],
+    verb: str,
+) -> int:
+    """Write the change into the Rollout's spec; for a rollout that is not over, then wait
+    (``--wait`` seconds) until its status shows the operator took it (``taken(status, patch)``):
+    a command that returned before the operator acted left a change made in that gap waiting for
+    the rollout it meant to end. A change for the next rollout (a pause set while none moves)
+    has nothing to wait for."""
     api = _api(args)
     obj = _get(api, args.name)
     patch = change(obj)
     api.patch_cluster_custom_object(
         ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_PLURAL, args.name, {"spec": patch}
     )
+    if _ended(obj) or args.wait <= 0:
+        print(f"{args.name}: {said}")
+        return 0
+    started = time.monotonic()
+    while not taken(_get(api, args.name).get("status") or {}, patch):
+        if time.monotonic() - started >= args.wait:
+            print(
+                f"{args.name}: asked to {verb}, but the operator has not taken it within "
+                f"{args.wait:g}s: is it running? It takes it when it does",
+                file=sys.stderr,
+            )
+            return 1
+        time.sleep(POLL_EVERY)
     print(f"{args.name}: {said}")
     return 0
 
 
+def _over(obj: Mapping[str, Any]) -> str:
+    st = obj.get("status") or {}
+    return f"rollout {st.get('rollout', '?')} is {_ended(obj)}"
+
+
 def pause(args: argparse.Namespace) -> int:
-    halted = (_get(_api(args), args.name).get("status") or {}).get("phase") == "Halted"
+    obj = _get(_api(args), args.name)
+    phase = (obj.get("status") or {}).get("phase")
     said = "paused: no further wave starts (resume to go on)"
-    if halted:
+    if phase == "Halted":
         said += "; it is Halted: no wave starts before a resume anyway"
-    return _steer(args, lambda o: {"paused": True}, said)
+    elif _ended(obj):
+        said = f"paused: {_over(obj)}; the next rollout starts paused (resume to go on)"
+    return _steer(
+        args, lambda o: {"paused": True}, said, lambda st, _: st.get("phase") in ("Paused", "Halted"), "pause"
+    )
 
 
 def resume(args: argparse.Namespace) -> int:
@@ -115,10 +161,22 @@ def resume(args: argparse.Namespace) -> int:
             patch["retries"] = max(int(spec.get("retries") or 0), int(st.get("retries") or 0)) + 1
         return patch
 
-    api = _api(args)
-    halted = (_get(api, args.name).get("status") or {}).get("phase") == "Halted"
-    said = "resumed: the halted wave is tried again" if halted else "resumed: the next wave starts when due"
-    return _steer(args, change, said)
+    def taken(st: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+        if "retries" in patch:  # the halted wave retried (or the rollout moved on since)
+            return int(st.get("retries") or 0) >= patch["retries"] or st.get("phase") != "Halted"
+        return st.get("phase") != "Paused"
+
+    obj = _get(_api(args), args.name)
+    phase = (obj.get("status") or {}).get("phase")
+    if _ended(obj):
+        if not (obj.get("spec") or {}).get("paused"):
+            raise UserError(f"{args.name}: {_over(obj)}: nothing to resume")
+        said = f"resumed: {_over(obj)}; the next rollout starts moving"
+    elif phase == "Halted":
+        said = "resumed: the halted wave is tried again"
+    else:
+        said = "resumed: the next wave starts when due"
+    return _steer(args, change, said, taken, "resume")
 
 
 def abort(args: argparse.Namespace) -> int:
@@ -126,10 +184,15 @@ def abort(args: argparse.Namespace) -> int:
         current = (obj.get("status") or {}).get("rollout")
         if not current:
             raise UserError(f"{args.name} has no rollout to abort yet")
+        if _ended(obj):
+            raise UserError(f"{args.name}: {_over(obj)}: nothing to abort")
         return {"abort": current, "paused": False}  # a pause was of this rollout: the next starts moving
 
+    def taken(st: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+        return st.get("rollout") != patch["abort"] or st.get("phase") == "Aborted"
+
     said = "aborted: resources that did not move keep what they run until a change of their own"
-    return _steer(args, change, said)
+    return _steer(args, change, said, taken, "abort")
 
 
 def crd(args: argparse.Namespace) -> int:
@@ -162,4 +225,13 @@ def register(sub: Any) -> None:
             c.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
         if name == "status":
             c.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        elif name != "crd":
+            c.add_argument(
+                "--wait",
+                type=float,
+                default=WAIT_FOR_OPERATOR,
+                metavar="SECONDS",
+                help="wait until the operator took it, at most this long (0: do not wait); exit 1 "
+                "if it has not taken it by then",
+            )
         c.set_defaults(func=reporting(func))
