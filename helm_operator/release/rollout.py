@@ -31,6 +31,7 @@ Phase = Literal["Progressing", "Paused", "Halted", "Complete", "Aborted"]
 # What a resource reports of itself (status.rollout.state).
 UPDATED, WAITING, FAILED, ROLLED_BACK = "Updated", "Waiting", "Failed", "RolledBack"
 WAITING_NAMED = 5  # resources a wave's message names as holding it up
+FAILURE_SHOWN = 300  # characters of a resource's failure the Rollout keeps (the resource has it all)
 MEMBERS_LISTED = 50  # resources a wave's record lists by name (its ``resources`` counts them all)
 
 
@@ -195,7 +196,8 @@ def member_of(body: Mapping[str, Any], current: str, mark: Mark | None) -> Membe
     ) and ready.get("status") == "True"
     failed = None  # a failure reported under the mark it carries now (not an earlier try's)
     if on_it and mine.get("state") == FAILED and mark is not None and mine.get("mark") == mark.text():
-        failed = f"{ready.get('reason', 'Failed')}: {ready.get('message', '')}"[:300]
+        said = f"{ready.get('reason', 'Failed')}: {ready.get('message', '')}"
+        failed = said if len(said) <= FAILURE_SHOWN else said[: FAILURE_SHOWN - 1].rstrip() + "…"
     waits = None
     if not updated and failed is None:
         reconciling: Mapping[str, Any] = next(
@@ -369,7 +371,8 @@ def _progress(
         if rec.get("admittedAt") is None:
             before = _time(st["waves"][index - 1].get("completedAt")) if index > 0 else None
             opens = before + dt.timedelta(seconds=policy.pause) if before else now  # between waves only
-            if now < opens:
+            # Nothing of it to move (all updated, or none in it): no time to watch it go first.
+            if now < opens and not all(m.updated for m in group):
                 st["message"] = f"wave {name} starts at {_stamp(opens)} (pause between waves)"
                 return
             rec["admittedAt"] = _stamp(now)

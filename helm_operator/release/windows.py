@@ -75,7 +75,7 @@ def waiting_message(g: Gate, release: str, revision: int | None) -> str:
     assert g.opens is not None
     opens = g.opens.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return (
-        f"release {release} revision {revision} runs the previous chart and values; the change waits "
+        f"release {release} stays at revision {revision} (what it ran before this change); the change waits "
         f"for the maintenance window opening at {opens} (windows: {g.maintenance.describe()}); "
         f"annotate {WINDOW_OVERRIDE_ANNOTATION}=<a new value> to apply it now"
     )

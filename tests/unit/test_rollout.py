@@ -3,6 +3,7 @@ and what a resource may do while a rollout runs."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from helm_operator.config.watches import WatchesError, load_watches
 from helm_operator.core.vocabulary import Reason
 from helm_operator.release.rollout import (
     FAILED,
+    FAILURE_SHOWN,
     MEMBERS_LISTED,
     ROLLED_BACK,
     UPDATED,
@@ -287,6 +289,11 @@ def test_resource_status_and_what_the_driver_reads_of_it() -> None:
         },
     }
     assert member_of(failed, "R", Mark("R", "w")).failed is not None
+    long = copy.deepcopy(failed)
+    ready = next(c for c in long["status"]["conditions"] if c["type"] == "Ready")
+    ready["message"] = "Error: UPGRADE FAILED: " + "x" * 400
+    clipped = member_of(long, "R", Mark("R", "w")).failed
+    assert clipped is not None and len(clipped) == FAILURE_SHOWN and clipped.endswith("…"), clipped
     assert member_of(failed, "R", Mark("R", "w", attempt=1)).failed is None, "reported under the try before"
     assert not member_of(body, "R3", None).updated, "updated for another rollout"
     body["metadata"]["generation"] = 3
@@ -306,11 +313,16 @@ def test_the_pause_is_between_waves_never_before_the_first() -> None:
     fleet = members(4)
     first = advance(paused, "R2", {}, {"rollout": "R1", "phase": "Complete"}, fleet, T0)
     assert len(first.marks) == 2 and first.status["waves"][0]["admittedAt"], first.status
-    every = updated(fleet, {m.key for m in fleet})
-    done_a = advance(paused, "R2", {}, first.status, every, T0 + dt.timedelta(seconds=1))
+    a_done = updated(fleet, set(first.marks))
+    done_a = advance(paused, "R2", {}, first.status, a_done, T0 + dt.timedelta(seconds=1))
     assert done_a.status["wave"] == "b" and "pause between waves" in done_a.status["message"]
-    later = advance(paused, "R2", {}, done_a.status, every, T0 + dt.timedelta(seconds=602))
-    assert later.status["phase"] == "Complete"
+    assert not done_a.marks, "wave b waits out the pause"
+    later = advance(paused, "R2", {}, done_a.status, a_done, T0 + dt.timedelta(seconds=602))
+    assert later.status["wave"] == "b" and len(later.marks) == 2, later.status
+    # A wave with nothing to move (every resource of it already updated) is not paused for.
+    every = updated(fleet, {m.key for m in fleet})
+    at_once = advance(paused, "R2", {}, first.status, every, T0 + dt.timedelta(seconds=1))
+    assert at_once.status["phase"] == "Complete", at_once.status
 
 
 def test_retries_asked_for_in_an_earlier_rollout_do_not_retry_the_next_one() -> None:
