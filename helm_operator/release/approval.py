@@ -102,17 +102,30 @@ class Verdict:
         return not self.proceed
 
 
+def spent(status: Mapping[str, Any]) -> str | None:
+    """The id of the last plan that was approved and applied: an approve annotation still naming
+    it is used up, not an approval of another plan."""
+    plan = recorded(status)
+    return plan.get("id") if plan.get("approvedAt") else plan.get("lastApproved")
+
+
 def judge(
-    approval: Approval, action: Action, digest: str, revision: int | None, annotations: Mapping[str, str]
+    approval: Approval,
+    action: Action,
+    digest: str,
+    revision: int | None,
+    annotations: Mapping[str, str],
+    used: str | None = None,
 ) -> Verdict:
-    """May ``action`` run? Only with the current plan's id in the approve annotation."""
+    """May ``action`` run? Only with the current plan's id in the approve annotation (``used``:
+    the plan last applied, ``spent``; its id left in the annotation is no stale approval)."""
     if approval != "manual" or action not in NEEDS_APPROVAL:
         return Verdict(True)
     current = plan_id(action, digest, revision)
     given = annotations.get(APPROVE_ANNOTATION)
     if given == current:
         return Verdict(True, current)
-    return Verdict(False, current, stale=given or None)
+    return Verdict(False, current, stale=given if given and given != used else None)
 
 
 def waiting_message(plan: Mapping[str, Any], stale: str | None) -> str:
@@ -149,6 +162,7 @@ def contribution(
         fields = dict(plan)
         if "approvedAt" in before and before.get("id") != plan.get("id"):
             fields["approvedAt"] = None  # the merge patch removes the earlier plan's
+            fields["lastApproved"] = before.get("id")  # its approval is spent, not stale
         return Contribution(Owner.RELEASE, (condition,), {"plan": fields})
     condition = Condition(ConditionType.APPROVAL_PENDING, False, Reason.NOTHING_PENDING, "no plan waits")
     fields = {}

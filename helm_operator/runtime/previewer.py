@@ -62,7 +62,7 @@ from helm_operator.preview.plan import (
     resource_view,
     three_way_patch,
 )
-from helm_operator.release.approval import ApprovalError, judge, mode
+from helm_operator.release.approval import ApprovalError, judge, mode, spent
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.record import PENDING_STATUSES, StoredRelease
 from helm_operator.release.state import Action, ReleaseState
@@ -408,9 +408,8 @@ def _waits(cr: Resource, action: Action, target: Target, release: StoredRelease 
         held = gate(action, windows, dt.datetime.now(dt.UTC), cr.annotations, cr.status)
         if not held.proceed:
             said.append(waiting_message(held, target.ident.name, revision))
-        verdict = judge(
-            mode(cr.watch.approval, cr.annotations), action, target.digest, revision, cr.annotations
-        )
+        approval = mode(cr.watch.approval, cr.annotations)
+        verdict = judge(approval, action, target.digest, revision, cr.annotations, spent(cr.status))
     except (WindowError, ApprovalError) as exc:
         return (f"the operator will stall it: {exc}",)
     if not verdict.proceed:

@@ -81,12 +81,15 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
     assert res.condition(MEMCACHED, "gated", "ApprovalPending")["status"] == "False"
     assert any(e["reason"] == "PlanApproved" and install["id"] in e["message"] for e in res.events("gated"))
 
-    # A change: a new plan; the approval of the install is stale and lets nothing through.
+    # A change: a new plan; the approval of the install, still on the resource, was used: it lets
+    # nothing through and is not blamed as an approval of another plan.
     res.apply(memcached(2, **{APPROVE_ANNOTATION: install["id"]}))
     two = waiting_plan(res, "upgrade", previous=install["id"])
     assert two["fromRevision"] == 1 and any(o.startswith("update Deployment/") for o in two["objects"]), two
-    stale = res.wait_condition(MEMCACHED, "gated", "ApprovalPending", timeout=30)
-    assert stale["reason"] == "StaleApproval" and install["id"] in stale["message"], stale
+    waits = res.wait_condition(MEMCACHED, "gated", "ApprovalPending", timeout=30)
+    assert waits["reason"] == "AwaitingApproval" and "for another plan" not in waits["message"], waits
+    assert two["id"] in waits["message"], waits
+    assert not any(e["reason"] == "StaleApproval" for e in res.events("gated"))
     ready = res.condition(MEMCACHED, "gated", "Ready")  # revision 1 runs, healthy: generation 1's
     assert (ready["status"], ready["observedGeneration"]) == ("True", 1), ready
     # The held change reads as in progress: a wait for Ready waits for the approved upgrade.
@@ -97,6 +100,8 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
     # Approved, but the spec changes in the same write: the approval is void, nothing runs.
     res.apply(memcached(3, **{APPROVE_ANNOTATION: two["id"]}))
     three = waiting_plan(res, "upgrade", previous=two["id"])
+    stale = res.wait_condition(MEMCACHED, "gated", "ApprovalPending", timeout=30)
+    assert stale["reason"] == "StaleApproval" and two["id"] in stale["message"], stale
     refused = plan_cli(res, "approve", "--id", two["id"])
     assert refused.returncode == 1 and "is not the plan that waits" in refused.stderr, refused
     assert releases(helm4, res.ns)["gated"]["revision"] == "1"

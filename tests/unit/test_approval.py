@@ -15,6 +15,7 @@ from helm_operator.release.approval import (
     mode,
     plan_id,
     plan_status,
+    spent,
     waiting_message,
 )
 from helm_operator.release.state import Action
@@ -86,10 +87,19 @@ def test_a_waiting_plan_is_written_once_and_stamped_when_it_runs() -> None:
     stamped = written(status, dict(done.fields))
     assert stamped["plan"]["approvedAt"] == "2026-11-27T01:00:00Z"
 
-    later = judge("manual", Action.UPGRADE, "d2", 4, {APPROVE: waits.id or ""})
+    # A further change, the used approval still on the resource: spent, not stale.
+    later = judge("manual", Action.UPGRADE, "d2", 4, {APPROVE: waits.id or ""}, spent(stamped))
+    assert not later.proceed and later.stale is None
     new = contribution(stamped, later, plan("def"), "m", NOW)
-    assert new is not None and new.conditions[0].reason == "StaleApproval"
-    assert "approvedAt" not in written(stamped, dict(new.fields))["plan"]  # the earlier plan's stamp goes
+    assert new is not None and new.conditions[0].reason == "AwaitingApproval"
+    after = written(stamped, dict(new.fields))
+    assert "approvedAt" not in after["plan"]  # the earlier plan's stamp goes
+    assert spent(after) == waits.id, "still known as spent once the next plan is recorded"
+    # An approval of a plan never applied is stale.
+    other = judge("manual", Action.UPGRADE, "d2", 4, {APPROVE: "0123456789ab"}, spent(after))
+    stale = contribution(after, other, plan("def"), "m", NOW)
+    assert other.stale == "0123456789ab" and stale is not None
+    assert stale.conditions[0].reason == "StaleApproval"
 
     assert contribution({}, judge("automatic", Action.UPGRADE, "d", 1, {}), None, "", NOW) is None
 

@@ -16,6 +16,7 @@ from helm_operator.release.approval import (
     mode,
     plan_status,
     recorded,
+    spent,
     waiting_message,
 )
 from helm_operator.release.outcome import Outcome
@@ -40,7 +41,9 @@ class Approval:
         except ApprovalError as exc:
             return Hold(Outcome("stalled", Reason.INVALID_APPROVAL, str(exc)), cr.watch.reconcile_period)
         revision = release.revision if release else None
-        verdict = judge(approval, change.action, change.target.digest, revision, cr.annotations)
+        verdict = judge(
+            approval, change.action, change.target.digest, revision, cr.annotations, spent(cr.status)
+        )
         now = dt.datetime.now(dt.UTC)
         if verdict.proceed:
             approved = f"applying the approved plan {verdict.id}"
