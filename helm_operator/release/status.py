@@ -83,7 +83,7 @@ def release_contributions(
         ),
     ]
     running: list[Condition] = [ready]
-    if outcome.action or outcome.phase == "ready":
+    if outcome.action or (ok and not outcome.held):  # a hold is no release: it keeps the last one's
         released_ok = ok or (outcome.phase == "progressing")
         running.append(Condition(ConditionType.RELEASED, released_ok, outcome.reason, outcome.message))
     if outcome.remediation is not None:

@@ -185,6 +185,8 @@ def test_a_held_change_reads_as_in_progress_while_ready_speaks_of_the_running_re
     assert (ready["status"], ready["observedGeneration"], ready["reason"]) == ("True", 4, "UpgradePending")
     assert (reconciling["status"], reconciling["observedGeneration"]) == ("True", 5)
     assert reconciling["message"] == said
+    released = cond({**applied, **held}, "Released")  # the last Helm action's, not the gate's
+    assert (released["reason"], released["observedGeneration"]) == ("UpgradeSucceeded", 4), released
     body = {"metadata": {"generation": 5}, "status": {**applied, **held}}
     assert why_not_ready(Dependency(("g", "K", "ns", "r")), body) is not None  # not Current
 
