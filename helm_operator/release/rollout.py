@@ -244,6 +244,7 @@ class Step:
     status: dict[str, Any]
     marks: dict[str, Mark] = field(default_factory=dict)
     events: list[tuple[EventType, Reason, str]] = field(default_factory=list)
+    wake: list[str] = field(default_factory=list)  # resources to look at again now (what they wait for ended)
 
 
 def _stamp(now: dt.datetime) -> str:
@@ -312,6 +313,8 @@ def advance(
             message="aborted: resources that did not move keep what they run until a change of their own",
         )
         step.events.append((EventType.WARNING, Reason.ROLLOUT_ABORTED, f"rollout {current} aborted"))
+        # Those waiting for a wave wait no more: told now, not at their next resync.
+        step.wake = sorted(m.key for m in members if not m.updated)
         return step
     if phase == "Halted":
         retries = int(spec.get("retries") or 0)

@@ -232,6 +232,11 @@ class App:
     def _election_alive(self) -> str | None:
         return None if self.leadership is None or self.leadership.alive() else "election thread stopped"
 
+    def _wake(self, watch: Watch, keys: Sequence[str]) -> None:
+        """Resources a rollout let go of (``<namespace>/<name>``): reconciled at the next sweep."""
+        found = (k.rpartition("/") for k in keys)  # "<namespace>/<name>", or "<name>" cluster-scoped
+        self.resyncs.soon(resource_key(watch, ns or None, name) for ns, _, name in found)
+
     def _dependent_changed(self, owner: str, change: Change) -> None:
         """Called from a dependent watch's thread: hand the owner to the drift scheduler's loop."""
         self.drift.poke_threadsafe(owner, change)
@@ -300,6 +305,7 @@ class App:
                     runtime.rollout_of,
                     lambda ns: ns is None or not patterns or in_patterns(ns, patterns),
                     plain,
+                    self._wake,
                 )
                 loops.append(driver.run())
             for coro in loops:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -93,6 +93,13 @@ class Resyncs:
             self.handling.discard(key)
             if (member := self.members.get(key)) is not None:
                 member.due = self.clock() + member.period
+
+    def soon(self, keys: Iterable[str]) -> None:
+        """Resync these at the next sweep (what they waited for ended: an aborted rollout)."""
+        now = self.clock()
+        for key in keys:
+            if (member := self.members.get(key)) is not None:
+                member.due = min(member.due, now)
 
     def forget(self, key: str) -> None:
         """No more resyncs (deleted, being deleted, or no longer selected)."""

@@ -95,8 +95,10 @@ class Driver:
         rollout_of: Callable[[Watch], Any],
         namespaces: Callable[[str | None], bool],
         plain_namespaces: Sequence[str] = (),
+        wake: Callable[[Watch, Sequence[str]], None] | None = None,
     ) -> None:
         self.kube, self.reporter = kube, reporter
+        self.wake = wake  # resources (``<namespace>/<name>``) to reconcile again now
         self.watches = [w for w in watches if w.rollout is not None]
         self.rollout_of = rollout_of  # async: the watch's current rollout id
         self.selects = namespaces
@@ -158,6 +160,8 @@ class Driver:
                 log.info("%s: %s", object_name(watch), message)
             said = [Event(etype, reason, message) for etype, reason, message in step.events]
             await self.reporter.events(ref, said)
+        if step.wake and self.wake is not None:
+            self.wake(watch, step.wake)
         _measure(watch, step, members)
         return status.get("phase") in ("Progressing", "Paused")
 

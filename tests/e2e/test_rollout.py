@@ -205,6 +205,12 @@ def test_a_fleet_rolls_out_wave_by_wave_halts_on_a_broken_wave_and_rolls_it_back
             what="the rollout aborted",
         )
         assert not aborted["spec"].get("paused"), aborted["spec"]
+        # Those that waited for a wave are told at once (not at their next resync, a minute away).
+        eventually(
+            lambda: "was aborted" in res.condition(TINY, "rest-2", "Reconciling").get("message", ""),
+            timeout=30,
+            what="rest-2 saying its rollout was aborted",
+        )
         counted = {w["name"]: w.get("failed", 0) for w in aborted["status"]["waves"]}
         assert counted["early"] == BROKEN, aborted["status"]
         eventually(

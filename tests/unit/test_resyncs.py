@@ -203,3 +203,18 @@ def test_a_member_keeps_no_spec_no_status_and_only_the_operator_s_annotations() 
     clock.now += 61
     asyncio.run(sweep_and_settle(resyncs))
     assert owner.statuses == [status_digest(status)] and owner.reads == []
+
+
+def test_resources_woken_by_an_ended_wait_are_resynced_at_the_next_sweep() -> None:
+    async def scenario() -> None:
+        clock, owner = Clock(), Owner()
+        resyncs = Resyncs(clock)
+        for name in ("a", "b"):
+            resyncs.seen(f"k/{name}", owner, web(name), 60.0)
+        clock.now += 5
+        resyncs.soon(["k/a", "k/unknown"])  # one it never handled: nothing to do
+        await sweep_and_settle(resyncs)
+        assert owner.reads == [("a", 0)], "woken a period early, the other not"
+        assert resyncs.members["k/a"].due == clock.now + 60
+
+    asyncio.run(scenario())

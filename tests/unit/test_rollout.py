@@ -239,9 +239,12 @@ def test_pause_abort_and_completion() -> None:
     assert paused.status["phase"] == "Paused" and not paused.marks
     resumed = step_through(fleet, T0 + dt.timedelta(seconds=1), paused.status)
     assert resumed.status["phase"] == "Progressing" and resumed.marks
-    aborted = step_through(fleet, T0 + dt.timedelta(seconds=2), resumed.status, abort="R2")
+    half = updated(fleet, {"ns/r0"})
+    aborted = step_through(half, T0 + dt.timedelta(seconds=2), resumed.status, abort="R2")
     assert aborted.status["phase"] == "Aborted" and not aborted.marks
-    assert step_through(fleet, T0, aborted.status, abort="R1").status["phase"] == "Aborted"
+    assert aborted.wake == ["ns/r1", "ns/r2", "ns/r3"], "who waited is told at once"
+    again = step_through(half, T0, aborted.status, abort="R1")
+    assert again.status["phase"] == "Aborted" and not again.wake, "woken once"
     every = updated(fleet, {m.key for m in fleet})
     st = step_through(every, T0).status
     for s in range(1, 5):
