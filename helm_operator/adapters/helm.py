@@ -36,6 +36,7 @@ from helm_operator.core.masking import mask
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 from helm_operator.core.vocabulary import Reason
+from helm_operator.release import conflicts
 from helm_operator.release.record import ObjectId
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ PERMANENT_REASONS = frozenset(
         Reason.CLUSTER_SCOPED_NOT_ALLOWED,
         Reason.RELEASE_TOO_LARGE,
         Reason.OWNERSHIP_CONFLICT,
+        Reason.FIELD_CONFLICT,  # once the drift rules have taken back what they may
     }
 )
 # What our post-renderer refuses by the tenant rules (``helm-operator: <reason>: …`` lines).
@@ -81,6 +83,14 @@ _RENDER_MARKERS = (
 )
 
 
+def said(text: str) -> str:
+    """Helm's error without its log lines: Helm 4 logs an error (``level=WARN msg=…``) before it
+    prints it again as ``Error: …``; the message keeps the second, once."""
+    lines = text.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.startswith("Error: ")), default=None)
+    return text if last is None else "\n".join(lines[last:]).removeprefix("Error: ")
+
+
 def classify(text: str, exc: errors.Error | None = None) -> Reason:
     """Why helm failed, from what it printed (Helm 3 and 4 word things differently)."""
     low = text.lower()
@@ -91,6 +101,8 @@ def classify(text: str, exc: errors.Error | None = None) -> Reason:
         return Reason.OWNERSHIP_CONFLICT
     if "too long: must have at most 1048576 bytes" in low or "request entity too large" in low:
         return Reason.RELEASE_TOO_LARGE
+    if conflicts.is_conflict(text):
+        return Reason.FIELD_CONFLICT
     if "no matches for kind" in low or "resource mapping not found" in low:
         return Reason.KIND_NOT_SERVED  # e.g. a CRD another release installs: may appear, so retried
     rendered = any(m in low for m in _RENDER_MARKERS) or _TEMPLATE_POSITION.search(text)
@@ -298,8 +310,7 @@ class Helm:
                         await asyncio.wait_for(asyncio.shield(task), self.settings.shutdown_grace)
                     raise
             except errors.Error as exc:
-                text = exc.stderr.decode(errors="replace").strip() if exc.stderr else str(exc)
-                text = text.removeprefix("Error: ")
+                text = said(exc.stderr.decode(errors="replace").strip() if exc.stderr else str(exc))
                 reason = classify(text, exc)
                 if reason in TENANT_REASONS:
                     text = tenant_message(text)

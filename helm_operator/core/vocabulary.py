@@ -109,6 +109,7 @@ class Reason(StrEnum):
     NAMESPACE_VIOLATION = "NamespaceViolation"  # also a tenant rule's verdict (``core.tenancy``)
     CLUSTER_SCOPED_NOT_ALLOWED = "ClusterScopedNotAllowed"  # also the tenant rules' and crds/'
     OWNERSHIP_CONFLICT = "OwnershipConflict"
+    FIELD_CONFLICT = "FieldConflict"  # a server-side apply conflict (``release.conflicts``)
     RELEASE_TOO_LARGE = "ReleaseTooLarge"  # also decided before Helm runs (``runtime.desired``)
     KIND_NOT_SERVED = "KindNotServed"
     TIMEOUT = "Timeout"

@@ -270,9 +270,12 @@ def contributions(conditions: Sequence[Mapping[str, Any]], report: DriftReport) 
     """What a check says on the status, given the conditions as decided so far: ``Drifted`` (the
     drift's owner) and the workloads' part of ``Ready``. Only readiness read (just after Helm
     applied the release): a first Drifted says the objects are as applied; a Drifted already there
-    stays what the last comparison found."""
-    known = any(c.get("type") == ConditionType.DRIFTED for c in conditions)
-    drifted = (condition_for(report),) if report.compared or not known else ()
+    stays what the last comparison found, and a correction stays said until another drift is found."""
+    known = next((c for c in conditions if c.get("type") == ConditionType.DRIFTED), None)
+    said = condition_for(report)
+    # A correction stays said until another drift is found: only its Event would tell it otherwise.
+    kept = said.reason is Reason.NO_DRIFT and (known or {}).get("reason") == Reason.DRIFT_CORRECTED
+    drifted = (said,) if (report.compared or known is None) and not kept else ()
     return [
         Contribution(Owner.DRIFT, drifted),
         Contribution(Owner.WORKLOADS, tuple(health_updates(conditions, report))),

@@ -84,6 +84,19 @@ class DriftChecker:
             self.clean.add(ident.owner)
         return report
 
+    async def take_back(
+        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str]
+    ) -> DriftReport | None:
+        """Correct the drift of the release's last deployed revision, whatever its latest says: a
+        Helm action met fields edited by hand (a field conflict of its server-side apply). None:
+        nothing deployed of ours."""
+        core = self.kube.core
+        release = await asyncio.to_thread(storage.current_release, core, ident.name, ident.namespace)
+        if release is None or release.status != "deployed" or release.owner != ident.owner:
+            return None
+        report = await compare_release(self.kube, watch, release, mode_of(annotations, watch), self.memory)
+        return await correct(self.kube, watch, report) if report.drifts else report
+
     async def correct(self, watch: Watch, report: DriftReport, announce: Announce | None) -> DriftReport:
         """Re-assert what ``observe`` found (``Action.CORRECT_DRIFT``); the report, corrected."""
         return await correct(self.kube, watch, report, announce)

@@ -147,7 +147,9 @@ def plan(
                     Action.UPGRADE, "the last upgrade was interrupted; upgrading to the desired values"
                 )
             elif rollback_on_failure and release.digest == desired_digest:
-                return Plan(
+                # A remediation counts as a try of these values: it backs off, and a failure
+                # that is permanent (or tried too often) is given up on, not retried every resync.
+                candidate = Plan(
                     Action.ROLLBACK, "the last upgrade failed; rolling back to the last good revision"
                 )
             else:

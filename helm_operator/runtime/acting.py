@@ -1,5 +1,6 @@
 """What runs beside an action: its progress announced on the status, a drift correction
-announced before it starts, and a deletion noticed while Helm works."""
+announced before it starts, fields edited by hand taken back when Helm's apply meets them, and a
+deletion noticed while Helm works."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
+from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import ObjectRef
 from helm_operator.core.conditions import status_patch_of
+from helm_operator.core.vocabulary import Reason
+from helm_operator.drift.check import DriftReport, mode_of
 from helm_operator.drift.diff import ObjectDrift
 from helm_operator.hooks.day2 import Day2
+from helm_operator.release import conflicts
+from helm_operator.release.conflicts import FieldConflict
 from helm_operator.release.outcome import Outcome
 from helm_operator.release.state import Plan
 from helm_operator.release.status import progress_patch, release_contributions
@@ -70,6 +76,33 @@ def correcting_announced(
     so_far = status_patch_of(cr.status, said, cr.generation, now)["conditions"]
     ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
     return rt.drift.announcer(cr.watch, ref, so_far, cr.generation)
+
+
+def taking_back(
+    rt: Runtime, cr: Resource, taken: list[DriftReport]
+) -> Callable[[tuple[FieldConflict, ...]], Awaitable[HelmError | None]]:
+    """What settles an action's field conflict (``release.conflicts``) by the resource's drift
+    rules: the fields of untrusted managers are taken back, as a correction of the release's last
+    deployed revision (its report added to ``taken``, for ``Drifted`` and the Events); None then,
+    else the error the action fails with."""
+
+    async def take_back(found: tuple[FieldConflict, ...]) -> HelmError | None:
+        watch = cr.watch
+        refused = conflicts.refusal(found, watch.drift_trusted_managers, mode_of(cr.annotations, watch))
+        if refused is not None:
+            return HelmError(Reason.FIELD_CONFLICT, refused)
+        paused = rt.drift.paused.get(cr.ident.owner)
+        if paused:  # a restore or a failover: retried once it is over
+            said = conflicts.describe(found)
+            return HelmError(
+                Reason.HELM_FAILED, f"fields edited by hand conflict: {said}; taken back after: {paused}"
+            )
+        report = await rt.drift.take_back(watch, cr.ident, cr.annotations)
+        if report is not None:
+            taken.append(report)
+        return None
+
+    return take_back
 
 
 @contextlib.asynccontextmanager

@@ -23,6 +23,7 @@ from helm_operator.core.conditions import Contribution, Owner, status_patch_of
 from helm_operator.core.naming import CHART_VERSION_ANNOTATION
 from helm_operator.core.values import user_values
 from helm_operator.core.vocabulary import ConditionType, Event, EventType, Reason
+from helm_operator.drift.check import DriftReport
 from helm_operator.hooks.day2 import Day2, HookResult
 from helm_operator.hooks.registry import Stage
 from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
@@ -31,7 +32,7 @@ from helm_operator.release.record import StoredRelease
 from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan
 from helm_operator.release.status import release_contributions, running_generation
 from helm_operator.runtime import gates
-from helm_operator.runtime.acting import correcting_announced, deletion_watch, progress_announced
+from helm_operator.runtime.acting import correcting_announced, deletion_watch, progress_announced, taking_back
 from helm_operator.runtime.desired import Resource, Target, chart_for, chart_status, desired
 from helm_operator.runtime.gates import rollout as gated_rollout
 from helm_operator.runtime.release_actions import ACTIONS, ActionContext, up_to_date
@@ -165,13 +166,16 @@ async def _reconcile(
             return _hook_failed(before, target.digest)
     if p.action.helm:
         scopes = await asyncio.to_thread(rt.discovery.scopes)
+        taken: list[DriftReport] = []  # fields edited by hand that Helm's apply met, taken back
         async with progress_announced(rt, cr, p) as announced, deletion_watch(rt, cr) as abort:
-            outcome = await act(ActionContext(rt.helm, rt.kube, target, release, scopes, abort))
+            ctx = ActionContext(rt.helm, rt.kube, target, release, scopes, abort)
+            outcome = await act(dataclasses.replace(ctx, take_back=taking_back(rt, cr, taken)))
             if must_test and outcome.phase == "ready" and outcome.release and not outcome.release.tested:
                 said = f"{outcome.message}; its tests run next"  # the TEST action, on the next look
                 outcome = dataclasses.replace(
                     outcome, phase="progressing", reason=Reason.TEST_PENDING, message=said
                 )
+        found = taken[-1] if taken else found
         if rt.releases is not None:
             rt.releases.forget(ident.namespace, ident.name)
             if outcome.release is not None:
@@ -278,17 +282,23 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
             day2 = cr.status.get("day2")
             rt.day2.health.seed(cr.ident.owner, day2)
             said.append(rt.day2.health.contribution(cr.ident.owner, day2))  # every contributor at once
-        report = result.drift  # the comparison a release in sync had (and its correction)
+        # The comparison a release in sync had (and its correction), or the fields an action took back.
+        report = result.drift
         if outcome.phase == "ready":
             track()
             if applied is not None:  # Helm has just written its objects: only readiness is read
-                report = await rt.drift.applied(watch, cr.ident, cr.annotations, applied)
-            if report is not None:
-                so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
-                # What the live objects show is the running release's: a held change's earlier generation.
-                running = running_generation(cr.status, outcome, generation)
-                seen = await rt.drift.report(watch, ref, report, so_far)
-                said += [dataclasses.replace(c, generation=running) for c in seen]
+                fresh = await rt.drift.applied(watch, cr.ident, cr.annotations, applied)
+                report = (
+                    fresh
+                    if report is None or fresh is None
+                    else dataclasses.replace(report, health=fresh.health)
+                )
+        if report is not None:
+            so_far = status_patch_of(cr.status, said, generation, now)["conditions"]
+            # What the live objects show is the running release's: a held change's earlier generation.
+            running = running_generation(cr.status, outcome, generation)
+            seen = await rt.drift.report(watch, ref, report, so_far)
+            said += [dataclasses.replace(c, generation=running) for c in seen]
         said += result.said  # the gates' and status.rollout
         if result.chart is not None:
             said.append(Contribution(Owner.RELEASE, (), {"chart": result.chart}))

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from helm_operator.adapters import storage
 from helm_operator.adapters.helm import PERMANENT_REASONS, Applied, Helm, HelmAborted, HelmError
@@ -21,10 +22,14 @@ from helm_operator.core.naming import REVISION_LABEL
 from helm_operator.core.vocabulary import Reason
 from helm_operator.drift.check import DriftReport, correct
 from helm_operator.drift.diff import ObjectDrift
+from helm_operator.release import conflicts
+from helm_operator.release.conflicts import FieldConflict
 from helm_operator.release.outcome import Outcome, Remediation
 from helm_operator.release.record import StoredRelease, from_body
 from helm_operator.release.state import Action
 from helm_operator.runtime.desired import Target
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,36 @@ class ActionContext:
     abort: asyncio.Event | None = None  # set when the resource is being deleted: stop helm
     drift: DriftReport | None = None  # what the comparison the decision saw found (CORRECT_DRIFT)
     announce: Callable[[tuple[ObjectDrift, ...]], Awaitable[None]] | None = None  # before correcting
+    # Settles a field conflict by the drift rules: None once the fields are taken back, else the
+    # error to fail with (``runtime.acting.taking_back``).
+    take_back: Callable[[tuple[FieldConflict, ...]], Awaitable[HelmError | None]] | None = None
+
+
+async def _over_edits(ctx: ActionContext, act: Callable[[ActionContext], Awaitable[T]]) -> T:
+    """``act`` (an apply of Helm's); when Helm 4's server-side apply meets fields someone else
+    owns (an edit by hand: a field conflict), they are taken back as a drift correction takes them
+    and ``act`` runs once more. A conflict the drift rules keep (a trusted manager's field, drift
+    correction off), or one left after, fails with a message that names who owns what."""
+    try:
+        return await act(ctx)
+    except HelmError as exc:
+        if exc.reason is not Reason.FIELD_CONFLICT:
+            raise
+        found = conflicts.conflicts_in(exc.message)
+        refused = (
+            await ctx.take_back(found)
+            if ctx.take_back is not None
+            else HelmError(exc.reason, conflicts.unsettled(found))
+        )
+        if refused is not None:
+            raise refused from exc
+    again = dataclasses.replace(ctx, before=await storage.read(ctx.kube.core, ctx.target.ident))
+    try:
+        return await act(again)
+    except HelmError as exc:
+        if exc.reason is Reason.FIELD_CONFLICT:
+            raise HelmError(exc.reason, conflicts.still(conflicts.conflicts_in(exc.message))) from exc
+        raise
 
 
 async def _apply(ctx: ActionContext) -> StoredRelease | None:
@@ -137,7 +172,7 @@ async def install(ctx: ActionContext) -> Outcome:
 async def upgrade(ctx: ActionContext) -> Outcome:
     t, before = ctx.target, ctx.before
     try:
-        rel = await _apply(ctx)
+        rel = await _over_edits(ctx, _apply)
     except HelmAborted:
         return _aborted("upgrade", t)
     except HelmError as exc:
@@ -167,17 +202,20 @@ async def roll_back(helm: Helm, t: Target, revision: int | None = None) -> None:
     )
 
 
-async def remediate(helm: Helm, t: Target) -> Remediation:
-    """A failed upgrade rolled back to the previous revision, and whether that worked."""
+async def _rollback(ctx: ActionContext) -> Remediation:
+    """Back to the revision deployed when the action was decided (the previous one otherwise),
+    fields edited by hand meanwhile taken back as for the action."""
+    before = ctx.before
+    revision = before.revision if before is not None and before.status == "deployed" else None
+
+    async def back(c: ActionContext) -> None:
+        await roll_back(c.helm, c.target, revision)
+
     try:
-        await roll_back(helm, t)
+        await _over_edits(ctx, back)
     except HelmError as exc:
         return Remediation("rollback", False, f"rollback failed: {exc.message}")
     return Remediation("rollback", True, "rolled back to the previous revision")
-
-
-async def _rollback(ctx: ActionContext) -> Remediation:
-    return await remediate(ctx.helm, ctx.target)
 
 
 async def rollback(ctx: ActionContext) -> Outcome:

@@ -413,3 +413,71 @@ def test_fields_of_a_trusted_field_manager_are_left_alone(
     scale("someone-else", 6)  # now another manager owns the field: that is drift
     wait_event(dres, "trust", "DriftCorrected", "Deployment/trust /spec/replicas")
     eventually(lambda: dres.get("deployment", "trust")["spec"]["replicas"] == 2, what="replicas restored")
+
+
+def tiny(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "test.helm-operator.io/v1",
+        "kind": "Tiny",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def history(helm: Helm, name: str, ns: str) -> list[str]:
+    """The release's revisions' statuses, oldest first."""
+    out = helm("history", name, "-n", ns, "-o", "json").stdout
+    return [str(r["status"]) for r in json.loads(out)]
+
+
+def test_an_upgrade_that_meets_a_hand_edit_takes_the_field_back_and_goes_on(
+    drift_operator: OperatorProcess, dres: Resources, helm4: Helm
+) -> None:
+    """Helm 4 applies server-side: an upgrade that changes a field someone edited by hand meets a
+    conflict with the editor's field manager. The field is taken back as drift correction takes it
+    (never from a trusted manager), and the upgrade goes on at once: no pile of failed revisions."""
+    cr = tiny("handed", replicas=1, message="a")
+    dres.apply(cr)
+    dres.wait_condition(TINY, "handed", "Ready")
+    drift_operator.stop()  # the edit lands before the upgrade, whatever the machine's pace
+    try:
+        edit_data(dres, "handed-config", "message", "by-hand")
+        cr["spec"]["message"] = "b"
+        dres.apply(cr)
+    finally:
+        drift_operator.start()
+    dres.wait_condition(TINY, "handed", "Ready")
+    wait_event(dres, "handed", "UpgradeSucceeded", "upgraded to revision 3")
+    assert dres.get("configmap", "handed-config")["data"]["message"] == "b"
+    wait_event(dres, "handed", "DriftCorrected", "ConfigMap/handed-config /data/message")
+    drifted = dres.condition(TINY, "handed", "Drifted")
+    assert drifted["reason"] == "DriftCorrected" and "/data/message" in drifted["message"], drifted
+    assert history(helm4, "handed", dres.ns) == ["superseded", "failed", "deployed"]
+
+
+def test_an_upgrade_that_meets_a_trusted_managers_field_stalls_naming_it(
+    drift_operator: OperatorProcess, dres: Resources, helm4: Helm
+) -> None:
+    """The Tiny watch trusts `trusted-scaler`: a field it owns is never taken from it, so an upgrade
+    whose chart changes that field stalls, naming the manager and the field, and is not retried
+    into a pile of failed revisions."""
+    cr = tiny("scaled", replicas=2)
+    dres.apply(cr)
+    dres.wait_condition(TINY, "scaled", "Ready")
+    drift_operator.stop()
+    try:
+        dres.cluster.kubectl(
+            "patch", "deployment", "scaled", "-n", dres.ns, "--field-manager=trusted-scaler",
+            "--type=merge", "-p", json.dumps({"spec": {"replicas": 4}}),
+        )  # fmt: skip
+        cr["spec"]["replicas"] = 3
+        dres.apply(cr)
+    finally:
+        drift_operator.start()
+    stalled = dres.wait_condition(TINY, "scaled", "Stalled")
+    assert stalled["reason"] == "FieldConflict", stalled
+    assert "trusted-scaler" in stalled["message"] and ".spec.replicas" in stalled["message"], stalled
+    assert any(e["reason"] == "FieldConflict" and e["type"] == "Warning" for e in dres.events("scaled"))
+    time.sleep(6)  # the operator retries after 1 s, then 2 s, 4 s: a retried conflict would show
+    assert history(helm4, "scaled", dres.ns) == ["deployed", "failed"]
+    assert dres.get("deployment", "scaled")["spec"]["replicas"] == 4

@@ -178,3 +178,24 @@ def test_corrections_carry_helms_ownership_and_leave_ignored_fields_out() -> Non
     assert "annotations" not in DEPLOY["metadata"]  # the input is not changed
     body = without_ignored(owned, ["/spec/replicas", "/spec/template/spec/containers[app]/image"])
     assert "replicas" not in body["spec"] and body["spec"]["template"] == DEPLOY["spec"]["template"]
+
+
+def test_a_correction_stays_said_until_another_drift_is_found() -> None:
+    """``Drifted`` after a correction says what was corrected (False, ``DriftCorrected``) until a
+    comparison finds another drift: the next clean check does not wipe it to ``NoDrift``."""
+    from helm_operator.drift.check import DriftReport, contributions
+    from helm_operator.drift.diff import ObjectDrift
+
+    def drifted(conditions: list[dict[str, Any]], report: DriftReport) -> list[tuple[bool, str]]:
+        (said, _) = contributions(conditions, report)
+        return [(c.status, str(c.reason)) for c in said.conditions]
+
+    change = ObjectDrift("v1", "ConfigMap", "ns", "web-config", paths=("/data/message",))
+    corrected = [{"type": "Drifted", "status": "False", "reason": "DriftCorrected"}]
+    assert drifted([], DriftReport("enabled")) == [(False, "NoDrift")]
+    assert drifted(corrected, DriftReport("enabled")) == []  # kept
+    assert drifted(corrected, DriftReport("warn", (change,))) == [(True, "DriftDetected")]
+    assert drifted(corrected, DriftReport("enabled", (change,), corrected=True)) == [
+        (False, "DriftCorrected")
+    ]
+    assert drifted(corrected, DriftReport("disabled")) == [(False, "DriftCheckDisabled")]

@@ -312,3 +312,15 @@ def test_permanent_failure_is_not_retried_until_values_change() -> None:
     assert _plan(ReleaseState.OUT_OF_SYNC, rel(digest="old"), permanent) is Action.GIVE_UP
     changed = Attempts("another", failures=1, last_attempt=0.0, permanent=True)
     assert _plan(ReleaseState.ABSENT, None, changed) is Action.INSTALL
+
+
+def test_a_rollback_backs_off_and_a_permanent_failure_is_given_up_on() -> None:
+    """A remediation is a try of these values: not repeated at every resync."""
+    failed = rel("failed")
+    permanent = Attempts(DIGEST, failures=1, last_attempt=1000.0, permanent=True)
+    assert _plan(ReleaseState.FAILED, failed, permanent, now=5000.0) is Action.GIVE_UP
+    once = Attempts(DIGEST, failures=1, last_attempt=1000.0)
+    assert _plan(ReleaseState.FAILED, failed, once, now=1001.0) is Action.WAIT
+    assert _plan(ReleaseState.FAILED, failed, once, now=5000.0) is Action.ROLLBACK
+    many = Attempts(DIGEST, failures=RetryPolicy().max_failures, last_attempt=1000.0)
+    assert _plan(ReleaseState.FAILED, failed, many, now=5000.0) is Action.GIVE_UP
