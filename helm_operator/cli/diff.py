@@ -241,7 +241,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-n", "--namespace", default=None, help="for resources that name none (default: the context's)"
     )
-    p.add_argument("--watches-file", default="watches.yaml")
+    p.add_argument("--watches-file", default="watches.yaml", help="the watches file: kinds, charts and hooks")
     p.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
     p.add_argument("--helm", default=None, help="helm executable (default: $HELM_OPERATOR_HELM, else helm)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")

@@ -228,12 +228,14 @@ def cmd_dev_reap(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="helm-operator", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     parser.add_argument("--version", action="version", version=f"helm-operator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator for the kinds in a watches file")
-    run.add_argument("--watches-file", default="watches.yaml")
+    run.add_argument(
+        "--watches-file", default="watches.yaml", help="the watches file: kinds, charts and hooks"
+    )
     run.add_argument(
         "--namespace",
         action="append",
@@ -337,9 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="uninstall a resource's release and remove the operator's finalizer (when no operator runs)",
     )
     fin.add_argument("kind", help="the kind, plural or plural.group of a watched resource")
-    fin.add_argument("name")
-    fin.add_argument("-n", "--namespace", default="default")
-    fin.add_argument("--watches-file", default="watches.yaml")
+    fin.add_argument("name", help="the resource's name")
+    fin.add_argument("-n", "--namespace", default="default", help="the resource's namespace")
+    fin.add_argument(
+        "--watches-file", default="watches.yaml", help="the watches file: kinds, charts and hooks"
+    )
     fin.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
     fin.add_argument("--helm", default=None, help="helm executable (default: $HELM_OPERATOR_HELM, else helm)")
     fin.add_argument(
@@ -368,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
             )
         if name == "demo":
             p.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
-            p.add_argument("--watches-file", default="watches.yaml")
+            p.add_argument(
+                "--watches-file", default="watches.yaml", help="the watches file: kinds, charts and hooks"
+            )
             p.add_argument("--namespace", default="demo", help="where the samples are applied")
             p.add_argument(
                 "--real",

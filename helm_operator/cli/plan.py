@@ -134,8 +134,8 @@ def register(sub: Any) -> None:
     ):
         p = plan_sub.add_parser(name, help=help_)
         p.add_argument("resource", help="the kind, plural or plural.group of the resource")
-        p.add_argument("name")
-        p.add_argument("-n", "--namespace", default="default")
+        p.add_argument("name", help="the resource's name")
+        p.add_argument("-n", "--namespace", default="default", help="the resource's namespace")
         p.add_argument("--kubeconfig", default=None, help="default $KUBECONFIG, else in-cluster")
         if name == "show":
             p.add_argument("-o", "--output", choices=("text", "json"), default="text")

@@ -51,7 +51,7 @@ def register(sub: Any) -> None:
     r = sub.add_parser(
         "rbac", help="generate the operator's RBAC from its charts and hooks", description=_RBAC_HELP
     )
-    r.add_argument("--watches-file", default="watches.yaml")
+    r.add_argument("--watches-file", default="watches.yaml", help="the watches file: kinds, charts and hooks")
     r.add_argument("--out", help="file to write (default: standard output)")
     r.add_argument(
         "--namespace-scoped",

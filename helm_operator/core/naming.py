@@ -23,6 +23,7 @@ WINDOW_OVERRIDE_ANNOTATION = "helm-operator.io/apply-outside-window"
 # Helm's own field manager (helm 4 applies server-side as "helm", helm 3 updates as "helm"): drift
 # corrections made under this name never conflict with the next `helm upgrade`.
 HELM_FIELD_MANAGER = "helm"
+KOPF_PREFIX = "kopf.helm-operator.io"  # kopf's own bookkeeping on a resource; never a user annotation
 
 
 def owner_id(group: str, kind: str, namespace: str, name: str) -> str:

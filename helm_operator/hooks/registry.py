@@ -209,6 +209,23 @@ class Hooks:
             if h.kind == kind and (stage is None or (isinstance(h, StageHook) and h.stage == stage))
         ]
 
+    def summary(self) -> str:
+        """What the module declares, for the start-up log: each hook by its label (a schedule
+        with where its timing is read, an action by its verb), then the converters."""
+
+        def one(h: Hook) -> str:
+            if isinstance(h, ScheduleHook):
+                return f"schedule {h.name} ({h.path})"
+            if isinstance(h, ActionHook):
+                return f"action {h.verb}"
+            if isinstance(h, WatchHook):
+                return f"watch {'/'.join(h.watched)} {h.name}"
+            return h.label
+
+        said = [one(h) for h in self.hooks]
+        said += [f"converter {a} -> {b}" for a, b in self.converters]
+        return "; ".join(said) or "no hooks"
+
     # --- the decorators ------------------------------------------------------------------------
 
     def convert(self, source: str, target: str) -> Callable[[C], C]:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from helm_operator.core.masking import mask
+from helm_operator.core.naming import KOPF_PREFIX
 from helm_operator.drift.diff import comparable
 from helm_operator.preview.kubectl import LAST_APPLIED
 from helm_operator.preview.plan import ObjectChange, ResourcePreview
@@ -36,11 +37,16 @@ ACTION_WORDS: dict[str, str] = {
 
 
 def shown(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """An object as the report shows it: no status, no per-write metadata, no kubectl copy."""
+    """An object as the report shows it: no status, no per-write metadata, no kubectl copy, no
+    bookkeeping of the operator's (kopf's last handled digest on a resource it serves)."""
     if obj is None:
         return None
     out = comparable(obj)
-    annotations = {k: v for k, v in (out["metadata"].get("annotations") or {}).items() if k != LAST_APPLIED}
+    annotations = {
+        k: v
+        for k, v in (out["metadata"].get("annotations") or {}).items()
+        if k != LAST_APPLIED and not k.startswith(f"{KOPF_PREFIX}/")
+    }
     if annotations:
         out["metadata"]["annotations"] = annotations
     else:

@@ -428,6 +428,9 @@ class App:
                 f"shard {ring.shard} of ControllerRing {ring.name}" if ring else describe(self.settings.shard)
             )
             log.info("helm: %s; namespaces: %s; %s", self.settings.helm, names, serves)
+            for w in watches:  # which module each kind's hooks came from, and what it declares
+                if w.hooks and (declared := self.settings.hooks.get(w.key)) is not None:
+                    log.info("%s: hooks %s: %s", w.key, w.hooks, declared.summary())
             kopf.run(
                 registry=self.registry,
                 clusterwide=not self.settings.namespaces,

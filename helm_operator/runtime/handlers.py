@@ -29,7 +29,7 @@ from helm_operator.adapters.metrics import (
     ReleaseStates,
 )
 from helm_operator.config.watches import Watch, selector_matches, selector_query
-from helm_operator.core.naming import FINALIZER
+from helm_operator.core.naming import FINALIZER, KOPF_PREFIX
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.drift.scheduler import DriftScheduler
 from helm_operator.release.dependencies import Ref
@@ -45,7 +45,6 @@ from helm_operator.runtime.settled import unchanged
 
 API_RETRY, API_RETRY_CAP = 5.0, 120.0  # handler retries while the API server is unreachable
 UNREACHABLE = "API server unreachable"
-KOPF_PREFIX = "kopf.helm-operator.io"  # kopf's own bookkeeping; never hides our user annotations
 _LEGACY = ("helm-operator.io/last-handled-configuration", "helm-operator.io/kopf-managed")
 
 

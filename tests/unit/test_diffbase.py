@@ -7,7 +7,8 @@ from typing import Any
 
 import kopf
 
-from helm_operator.runtime.handlers import KOPF_PREFIX, DigestDiffBase
+from helm_operator.core.naming import KOPF_PREFIX
+from helm_operator.runtime.handlers import DigestDiffBase
 
 BODY: dict[str, Any] = {
     "apiVersion": "cache.example.com/v1alpha1",

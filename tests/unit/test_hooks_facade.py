@@ -47,3 +47,16 @@ def test_the_facade_lists_what_it_exports() -> None:
         "shapes",
     ):
         assert name in facade.__all__, name
+
+
+def test_the_start_up_log_says_what_a_module_declares() -> None:
+    """A hook module loaded is named in the log with every hook it declares (a user sees that the
+    module they wrote is the one that runs)."""
+    from helm_operator.hooks.loader import load
+
+    summary = load("hooks/postgresqlcluster.py", Path(__file__).parents[2]).summary()
+    assert "action backup-now" in summary and "schedule backup (spec.backup.schedule)" in summary
+    assert "watch v1/Pod" in summary and "before_uninstall" in summary
+    from helm_operator.hooks import Hooks
+
+    assert Hooks().summary() == "no hooks"

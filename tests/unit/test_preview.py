@@ -675,3 +675,24 @@ def test_an_unreadable_last_applied_copy_is_an_error_as_for_kubectl() -> None:
     with pytest.raises(ValueError, match="not a JSON object"):
         original_config(current)
     assert original_config(live_nully({})) is None
+
+
+def test_the_operators_bookkeeping_on_a_resource_is_not_shown() -> None:
+    """kopf's last handled digest (and its progress) on a resource the operator serves is the
+    operator's, not the user's: a diff of the resource neither shows nor counts it."""
+    from helm_operator.preview.report import shown
+
+    live = {
+        "apiVersion": "test.helm-operator.io/v1",
+        "kind": "Tiny",
+        "metadata": {
+            "name": "a",
+            "annotations": {"kopf.helm-operator.io/last-handled-digest": "abc", "team": "payments"},
+        },
+        "spec": {"message": "a"},
+    }
+    out = shown(live)
+    assert out is not None and out["metadata"]["annotations"] == {"team": "payments"}
+    del live["metadata"]["annotations"]["team"]
+    out = shown(live)
+    assert out is not None and "annotations" not in out["metadata"]

@@ -166,3 +166,25 @@ def test_the_identity_follows_tasks_and_threads_started_inside() -> None:
     other.start()
     other.join()
     assert seen == [{"kind": "Tiny", "namespace": "ns", "name": "x"}] * 2 + [None, None]
+
+
+def test_a_hooks_lines_name_its_resource_once() -> None:
+    """``ctx.log`` inside the resource's handler (where the handler's identity is set too) and
+    outside it (a scheduled run) names the resource once, as the handler's own lines do."""
+    from helm_operator.hooks._engines.services import _ResourceLog
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.ResourceFilter())
+    handler.setFormatter(logs.TextFormatter())
+    base = logging.getLogger("test.logs.hook")
+    base.addHandler(handler)
+    base.propagate = False
+    base.setLevel(logging.INFO)
+    hook_log = _ResourceLog(base, {"k8s_ref": {"kind": "Tiny", "name": "obs", "namespace": "ns1"}})
+    with logs.resource("Tiny", "ns1", "obs"):
+        hook_log.info("backup %s taken", "b-1")
+    hook_log.info("outside")
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith("test.logs.hook: [Tiny ns1/obs] backup b-1 taken"), first
+    assert second.endswith("test.logs.hook: [Tiny ns1/obs] outside"), second

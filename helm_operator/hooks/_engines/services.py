@@ -56,8 +56,12 @@ class _Events:
 
 
 class _ResourceLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A hook's lines name its resource once: the operator's formatters read ``k8s_ref`` (as for
+    kopf's per-object lines) whether or not the hook runs inside a handler of that resource."""
+
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        return f"[{self.extra['resource'] if self.extra else '?'}] {msg}", kwargs
+        kwargs["extra"] = {**(kwargs.get("extra") or {}), **(self.extra or {})}
+        return msg, kwargs
 
 
 @dataclass
@@ -102,9 +106,13 @@ class EngineServices:
         ident = self.ident(watch, body)
         owner = ident.owner
         day2 = (body.get("status") or {}).get("day2") or {}
-        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        about = {
+            "kind": watch.kind,
+            "name": ref.name,
+            **({"namespace": ref.namespace} if ref.namespace else {}),
+        }
         logger = _ResourceLog(
-            logging.getLogger(f"helm_operator.hooks.{watch.kind.lower()}"), {"resource": where}
+            logging.getLogger(f"helm_operator.hooks.{watch.kind.lower()}"), {"k8s_ref": about}
         )
         return Context(
             resource=frozen(body),
