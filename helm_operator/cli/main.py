@@ -149,6 +149,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_finalize(args: argparse.Namespace) -> int:
     """Finish the deletion of a resource when no operator runs: uninstall, then drop the finalizer."""
+    from helm_operator.runtime.finalize import finish_stuck_deletion
+
     try:
         app = build_app(args)
     except Refused as exc:
@@ -160,7 +162,8 @@ def cmd_finalize(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        print(app.release_stuck(args.kind, args.name, args.namespace, force=args.force))
+        watches = app.resolve_watches()
+        print(finish_stuck_deletion(app.runtime, watches, args.kind, args.name, args.namespace, args.force))
     except (ValueError, RuntimeError) as exc:
         print(f"helm-operator: {exc}", file=sys.stderr)
         return 1

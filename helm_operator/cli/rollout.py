@@ -15,9 +15,8 @@ from typing import Any
 from helm_operator.cli.common import UserError, api_client, reporting
 from helm_operator.core.naming import ROLLOUT_GROUP, ROLLOUT_PLURAL, ROLLOUT_VERSION
 
-WAIT_FOR_OPERATOR = (
-    30.0  # seconds pause/resume/abort wait for the operator to take them (it looks every 15 s)
-)
+# Seconds pause/resume/abort wait for the operator to take them (it looks every 15 s).
+WAIT_FOR_OPERATOR = 30.0
 POLL_EVERY = 0.5
 MEMBERS_SHOWN = 10  # a wave's members named by ``rollout status`` (``-o json``: all its record lists)
 

@@ -55,7 +55,6 @@ from helm_operator.hooks.registry import Hooks
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime import allocator, preflight, rollouts
 from helm_operator.runtime.fence import Fence, FencedApiClient
-from helm_operator.runtime.finalize import finish_stuck_deletion
 from helm_operator.runtime.handlers import OutageLogFilter, configure, register, resource_key
 from helm_operator.runtime.kopf_discovery import adapt_kopf_observation
 from helm_operator.runtime.leader import LeaderSettings, Leadership
@@ -393,10 +392,6 @@ class App:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-
-    def release_stuck(self, kind: str, name: str, namespace: str | None, force: bool = False) -> str:
-        """The ``finalize`` command (``finalize.finish_stuck_deletion``)."""
-        return finish_stuck_deletion(self.runtime, self.resolve_watches(), kind, name, namespace, force)
 
     def run(self) -> int:
         try:

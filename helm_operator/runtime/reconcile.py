@@ -59,9 +59,8 @@ async def reconcile(
     checks), and the decision sees what that found. The chart is the version the resource pins
     (or the newest served); the decided action then passes the gates (``runtime.gates``: what it
     depends on, its rollout wave, its approval, its maintenance window, a shutdown), each of
-    which may hold it. ``leave_slot`` gives the kind's
-    slot back before ``after`` hooks run: a roll of a StatefulSet's members may take minutes and
-    needs only its own release's lock."""
+    which may hold it. ``leave_slot`` gives the kind's slot back before ``after`` hooks run: a
+    roll of a StatefulSet's members may take minutes and needs only its own release's lock."""
     watch = cr.watch
     pin = cr.annotations.get(CHART_VERSION_ANNOTATION)
     try:
@@ -444,6 +443,7 @@ def _report(
         r = outcome.remediation
         events.append(Event(EventType.NORMAL if r.succeeded else EventType.WARNING, r.reason, r.message))
     retry = None
-    if outcome.phase == "failed":
-        retry = rt.retry.delay(attempts.failures + 1 if attempts.digest == outcome.digest else 1)
+    if outcome.phase == "failed":  # the last try allowed is given up on at once, not after a backoff
+        last = new_attempts.failures >= rt.retry.max_failures
+        retry = NEXT_STEP if last else rt.retry.delay(new_attempts.failures)
     return Result(outcome, retry_after=retry, events=tuple(events), attempts=new_attempts)

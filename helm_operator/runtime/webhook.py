@@ -281,6 +281,7 @@ class ConversionWebhook:
         self.current: Material | None = None
         self.crds: set[str] = set()  # the CRDs pointed at it (their caBundle follows a CA rotation)
         self._server: _Server | None = None
+        self._read_at_start: dict[str, Any] = {}  # CRD -> its read by ``served_versions``, for ``inject``
         self._stop = threading.Event()
 
     def _load(self, m: Material) -> None:
@@ -320,9 +321,19 @@ class ConversionWebhook:
             self._server.shutdown()
             self._server.server_close()
 
-    def served_versions(self, crd: str) -> tuple[list[str], str]:
-        """The CRD's served versions and its conversion strategy."""
+    def _read(self, crd: str) -> Any:
+        """The CRD as it is now; the write check follows its served versions from every read (a
+        version added while the operator runs is checked within ``CHECK_EVERY``)."""
         obj: Any = self.apiext.read_custom_resource_definition(crd)
+        if self._server is not None:
+            served = [v.name for v in obj.spec.versions if v.served]
+            self._server.served[(obj.spec.group, obj.spec.names.kind)] = served
+        return obj
+
+    def served_versions(self, crd: str) -> tuple[list[str], str]:
+        """The CRD's served versions and its conversion strategy (the CRD read is kept for
+        ``inject`` right after: one read at start-up)."""
+        obj = self._read_at_start[crd] = self._read(crd)
         versions = [v.name for v in obj.spec.versions if v.served]
         strategy = obj.spec.conversion.strategy if obj.spec.conversion else "None"
         return versions, str(strategy)
@@ -330,7 +341,7 @@ class ConversionWebhook:
     def reachable(self, crd: str) -> str | None:
         """Read one object of the CRD in a version it does not store (the API server converts it
         through the webhook): None when that works (or nothing needs converting), else why not."""
-        obj: Any = self.apiext.read_custom_resource_definition(crd)
+        obj = self._read(crd)
         other = [v.name for v in obj.spec.versions if v.served and not v.storage]
         if not other:
             return None
@@ -390,7 +401,7 @@ class ConversionWebhook:
         Ignore: with no replica serving, writes are not checked (those that need a conversion fail
         all the same), and deleting a resource or dropping its finalizer never waits for us."""
         assert self.current is not None and self._server is not None
-        obj: Any = self.apiext.read_custom_resource_definition(crd)
+        obj = self._read_at_start.pop(crd, None) or self._read(crd)
         group, plural, kind = obj.spec.group, obj.spec.names.plural, obj.spec.names.kind
         self._server.served[(group, kind)] = [v.name for v in obj.spec.versions if v.served]
         name = READABLE_WEBHOOK.format(crd=crd)

@@ -404,3 +404,20 @@ def test_a_record_deleted_during_the_uninstall_still_deletes_what_lies_outside_t
         "release t: its record went during the uninstall; deleted 1 object(s) it left outside its namespace: "
         "ClusterRole/t-exporter"
     ), said
+
+
+def test_the_last_try_allowed_is_given_up_on_at_once_not_after_a_backoff() -> None:
+    """After the 5th failure the resource is looked at again at once (and stalls, RetriesExhausted),
+    not after the next backoff (80 s by default: Stalled lagged that long)."""
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    run(rt, cr({"message": "one"}))
+    helm.fail = HelmError("HelmFailed", "the API server said no")
+    run(rt, cr({"message": "two"}, generation=2))
+    rt.attempts["ns/t"] = replace(rt.attempts["ns/t"], failures=3, last_attempt=1.0)  # due again
+    fourth = run(rt, cr({"message": "two"}, generation=2))
+    assert (fourth.outcome.reason, fourth.retry_after) == ("UpgradeFailed", 60)  # the cap
+    rt.attempts["ns/t"] = replace(rt.attempts["ns/t"], last_attempt=1.0)
+    fifth = run(rt, cr({"message": "two"}, generation=2))
+    assert (fifth.outcome.reason, fifth.retry_after, fifth.attempts.failures) == ("UpgradeFailed", 1.0, 5)
+    assert run(rt, cr({"message": "two"}, generation=2)).outcome.reason == "RetriesExhausted"
