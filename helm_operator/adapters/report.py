@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.kube import Kube, ObjectRef
-from helm_operator.core.conditions import Contribution, status_patch_of
+from helm_operator.core.conditions import Contribution, StatusPatch, status_patch_of
 from helm_operator.core.vocabulary import Event
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,9 @@ class Reporter:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    async def status(self, ref: ObjectRef, plural: str, patch: Mapping[str, Any]) -> bool:
-        """Merge ``patch`` into the status; False (logged) if the resource is gone."""
+    async def status(self, ref: ObjectRef, plural: str, patch: StatusPatch) -> bool:
+        """Merge ``patch`` (composed from its owners' contributions) into the status; False if
+        the resource is gone."""
         try:
             await asyncio.to_thread(self.kube.patch_status, ref, plural, patch)
         except ApiException as exc:
@@ -43,7 +44,7 @@ class Reporter:
         self,
         ref: ObjectRef,
         plural: str,
-        patch_of: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+        patch_of: Callable[[Mapping[str, Any]], StatusPatch | None],
     ) -> bool:
         """Write a status patch composed on the resource as it is now, for a writer outside the
         release's lock: a merge patch replaces a list (``conditions``) whole, so one composed on
@@ -78,7 +79,7 @@ class Reporter:
         """``said`` composed with the status as it is now and written (``compose``): how a writer
         outside the release's lock (a hook beside Helm, a blocked uninstall) reports."""
 
-        def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:
+        def patch_of(now: Mapping[str, Any]) -> StatusPatch:
             return status_patch_of(now.get("status") or {}, said, generation, time.time())
 
         return await self.compose(ref, plural, patch_of)

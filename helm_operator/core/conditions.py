@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NewType
 
 from helm_operator.core.vocabulary import Condition, ConditionType
 
@@ -169,12 +169,18 @@ class Contribution:
             raise ValueError(f"{self.owner} does not own {', '.join(foreign)}")
 
 
-def fields_patch(contribution: Contribution) -> dict[str, Any]:
+# A merge patch of ``.status`` made from owners' contributions (``status_patch_of``,
+# ``fields_patch``): the only kind of patch ``adapters.report.Reporter`` writes, so a status
+# write that no owner contributed fails the type check.
+StatusPatch = NewType("StatusPatch", dict[str, Any])
+
+
+def fields_patch(contribution: Contribution) -> StatusPatch:
     """The merge patch of ``.status`` from a contribution of status fields alone (no conditions
     to compose): how an engine writes the part of ``status.day2`` it owns."""
     if contribution.conditions:
         raise ValueError(f"{contribution.owner}: conditions are composed by status_patch_of")
-    return dict(contribution.fields)
+    return StatusPatch(dict(contribution.fields))
 
 
 def compose(
@@ -198,10 +204,10 @@ def status_patch_of(
     contributions: Sequence[Contribution],
     generation: int,
     now: float,
-) -> dict[str, Any]:
+) -> StatusPatch:
     """The merge patch of ``.status`` from every contribution of one report: their fields, and the
     conditions composed (a condition that ends where it started keeps its transition time)."""
-    patch: dict[str, Any] = {}
+    patch = StatusPatch({})
     for contribution in contributions:
         patch.update(contribution.fields)
     if any(c.conditions for c in contributions):

@@ -25,7 +25,7 @@ from helm_operator.adapters.metrics import WATCH_CHECKS
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.report import Reporter
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Contribution, status_patch_of
+from helm_operator.core.conditions import Contribution, StatusPatch, status_patch_of
 from helm_operator.core.locks import Concurrency
 from helm_operator.drift.check import (
     DriftReport,
@@ -269,7 +269,7 @@ class DriftScheduler:
             said = await self.checker.report(watch, ref, report, current)
             corrected = report.corrected
 
-            def patch_of(now: Mapping[str, Any]) -> dict[str, Any] | None:
+            def patch_of(now: Mapping[str, Any]) -> StatusPatch | None:
                 # On the conditions as they are now: a hook beside Helm may have written since.
                 conditions = (now.get("status") or {}).get("conditions", [])
                 patch = status_patch_of({"conditions": conditions}, said, running(now), time.time())

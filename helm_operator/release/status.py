@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from helm_operator.core.conditions import Contribution, Owner, rfc3339, status_patch_of
+from helm_operator.core.conditions import Contribution, Owner, StatusPatch, rfc3339, status_patch_of
 from helm_operator.core.vocabulary import Condition, ConditionType, Reason
 from helm_operator.release.attempts import Attempts, attempts_from_status, attempts_to_status, next_attempts
 from helm_operator.release.outcome import Outcome
@@ -149,7 +149,7 @@ PROGRESS_REASONS = {
 
 def progress_patch(
     current: Mapping[str, Any], action: str, message: str, generation: int, now: float
-) -> dict[str, Any]:
+) -> StatusPatch:
     """What the status says while a Helm action runs (kstatus: in progress for this generation):
     ``Reconciling=True`` with the action, ``Ready=Unknown``; ``kubectl wait --for=condition=Ready``
     keeps waiting until the action's outcome is written."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from helm_operator.adapters.helm import HelmError
 from helm_operator.adapters.kube import ObjectRef
-from helm_operator.core.conditions import status_patch_of
+from helm_operator.core.conditions import StatusPatch, status_patch_of
 from helm_operator.core.vocabulary import Reason
 from helm_operator.drift.check import DriftReport, mode_of
 from helm_operator.drift.diff import ObjectDrift
@@ -47,7 +47,7 @@ async def progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterato
         writing.set()
         ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace, cr.uid)
 
-        def patch_of(now: Mapping[str, Any]) -> dict[str, Any]:  # hooks beside Helm may write meanwhile
+        def patch_of(now: Mapping[str, Any]) -> StatusPatch:  # hooks beside Helm may write meanwhile
             return progress_patch(
                 now.get("status") or {}, p.action.value, p.reason, cr.generation, time.time()
             )

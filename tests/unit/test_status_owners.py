@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helm_operator.core.conditions import Contribution, Owner, fields_patch
+from helm_operator.core.conditions import Contribution, Owner, StatusPatch, fields_patch, status_patch_of
 from helm_operator.core.vocabulary import Condition, ConditionType
 from helm_operator.hooks.context import Day2Status
 
@@ -33,7 +33,8 @@ def test_only_the_reporter_sends_status_patches() -> None:
 
 def test_no_status_write_is_a_hand_made_dict() -> None:
     """A patch handed to the reporter comes from a contribution (``status_patch_of`` or
-    ``fields_patch``), never a dict written at the call."""
+    ``fields_patch``), never a dict written at the call. (mypy holds the rest: the reporter takes
+    a ``StatusPatch``, which only those two make.)"""
     raw = [
         f"{p.relative_to(PACKAGE)}:{c.lineno}"
         for p, c in _calls("status")
@@ -77,3 +78,29 @@ def test_a_hook_module_is_told_at_once_when_it_writes_a_key_it_does_not_own() ->
     with pytest.raises(ValueError, match=r"status.day2.schedules is written by the operator \(schedules\)"):
         day2["schedules"] = {}
     assert day2.changed == {"backups": []}
+
+
+def test_only_the_owners_compositions_make_a_status_patch() -> None:
+    """``Reporter.status`` and ``compose`` are typed with ``StatusPatch``; its makers are these two."""
+    import inspect
+
+    from helm_operator.adapters.report import Reporter
+
+    assert inspect.signature(Reporter.status).parameters["patch"].annotation in ("StatusPatch", StatusPatch)
+    assert inspect.signature(fields_patch).return_annotation in ("StatusPatch", StatusPatch)
+    assert inspect.signature(status_patch_of).return_annotation in ("StatusPatch", StatusPatch)
+    made = [
+        f"{p.relative_to(PACKAGE)}:{c.lineno}"
+        for p, c in _calls_of_name("StatusPatch")
+        if p.name != "conditions.py"
+    ]
+    assert made == [], f"a status patch made outside core/conditions.py: {made}"
+
+
+def _calls_of_name(name: str) -> list[tuple[Path, ast.Call]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
+                found.append((path, node))
+    return found

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from helm_operator.adapters.metrics import DAY2_RUNS
 from helm_operator.config.watches import Watch
-from helm_operator.core.conditions import Contribution, Owner, fields_patch
+from helm_operator.core.conditions import Contribution, Owner, StatusPatch, fields_patch
 from helm_operator.core.naming import ACTION_ANNOTATION
 from helm_operator.core.vocabulary import Event, Reason
 from helm_operator.hooks._engines.services import NOW, EngineServices
@@ -151,6 +151,6 @@ class Actions:
         return None
 
 
-def _last_action(last: Mapping[str, Any]) -> dict[str, Any]:
+def _last_action(last: Mapping[str, Any]) -> StatusPatch:
     """The patch of ``status.day2.lastAction``, the part of the status this engine owns."""
     return fields_patch(Contribution(Owner.ACTIONS, fields={"day2": {"lastAction": dict(last)}}))
