@@ -26,6 +26,7 @@ Approval = Literal["automatic", "manual"]
 APPROVALS: tuple[Approval, ...] = ("automatic", "manual")
 NEEDS_APPROVAL = frozenset({Action.INSTALL, Action.UPGRADE, Action.REINSTALL})
 LISTED = 50  # objects named in status.plan (the counts cover all)
+PATHS_LISTED = 5  # the fields named of each object that changes (JSON pointers: never values)
 
 
 class ApprovalError(ValueError):
@@ -59,12 +60,13 @@ def plan_status(
     action: Action,
     from_revision: int | None,
     chart: str,
-    changes: Sequence[tuple[str, str]],
+    changes: Sequence[tuple[str, str, Sequence[str]]],
     notes: Sequence[str],
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """``status.plan``: the plan as a person reviews it. ``changes``: (create|update|delete, ref)."""
-    counts = {a: sum(1 for c, _ in changes if c == a) for a in ("create", "update", "delete")}
+    """``status.plan``: the plan as a person reviews it. ``changes``: (create|update|delete, ref,
+    the paths an update changes)."""
+    counts = {a: sum(1 for c, _, _ in changes if c == a) for a in ("create", "update", "delete")}
     start = f"revision {from_revision}" if from_revision else "no release"
     summary = (
         f"plan {id}: {action.value} {chart} from {start}: {counts['create']} object(s) to create, "
@@ -78,11 +80,19 @@ def plan_status(
         "created": counts["create"],
         "changed": counts["update"],
         "deleted": counts["delete"],
-        "objects": [f"{a} {ref}" for a, ref in list(changes)[:LISTED]],
+        "objects": [_line(*change) for change in list(changes)[:LISTED]],
         "notes": list(notes),
         "summary": summary,
         "computedAt": stamp(now),
     }
+
+
+def _line(action: str, ref: str, paths: Sequence[str]) -> str:
+    """``update Deployment/ns/web: /spec/replicas, …`` (a create or delete names the object only)."""
+    if not paths:
+        return f"{action} {ref}"
+    more = f", … ({len(paths)} fields)" if len(paths) > PATHS_LISTED else ""
+    return f"{action} {ref}: {', '.join(paths[:PATHS_LISTED])}{more}"
 
 
 def recorded(status: Mapping[str, Any]) -> Mapping[str, Any]:

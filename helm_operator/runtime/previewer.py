@@ -198,16 +198,17 @@ class Previewer:
 
     async def release_changes(
         self, target: Target, action: Action
-    ) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    ) -> tuple[list[tuple[str, str, tuple[str, ...]]], tuple[str, ...]]:
         """What a Helm action toward ``target`` would do to the live objects, as ``(create|update|
-        delete, Kind/namespace/name)``, and its notes: what a plan awaiting approval lists.
+        delete, Kind/namespace/name, the paths it changes)``, and its notes: what a plan awaiting
+        approval lists.
         Raises :class:`PreviewError`."""
         w, ident = target.watch, target.ident
         base = ResourcePreview(
             w.api_version, w.kind, ident.namespace, ident.name, None, {}, ident.key, action.value, ""
         )
         found = await self._with_helm(base, target, action)
-        return [(c.action, c.ref) for c in found.changes], found.notes
+        return [(c.action, c.ref, c.paths) for c in found.changes], found.notes
 
     def _applied(self, doc: Mapping[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
         """The resource as the user's ``kubectl apply`` would store it: the API server's dry-run of

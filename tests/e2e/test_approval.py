@@ -85,7 +85,12 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
     # nothing through and is not blamed as an approval of another plan.
     res.apply(memcached(2, **{APPROVE_ANNOTATION: install["id"]}))
     two = waiting_plan(res, "upgrade", previous=install["id"])
-    assert two["fromRevision"] == 1 and any(o.startswith("update Deployment/") for o in two["objects"]), two
+    # The plan names what changes in each object it updates (paths, never values).
+    assert two["fromRevision"] == 1, two
+    assert any(
+        o.startswith("update Deployment/") and o.endswith(": /spec/replicas") for o in two["objects"]
+    ), two
+    assert ": /spec/replicas" in plan_cli(res, "show").stdout
     waits = res.wait_condition(MEMCACHED, "gated", "ApprovalPending", timeout=30)
     assert waits["reason"] == "AwaitingApproval" and "for another plan" not in waits["message"], waits
     assert two["id"] in waits["message"], waits

@@ -56,7 +56,11 @@ def test_only_the_current_plans_id_lets_a_change_through() -> None:
 
 
 def plan(id_: str = "abc") -> dict[str, object]:
-    changes = [("create", "ConfigMap/ns/a"), ("update", "Deployment/ns/web"), ("delete", "Service/ns/old")]
+    changes: list[tuple[str, str, tuple[str, ...]]] = [
+        ("create", "ConfigMap/ns/a", ()),
+        ("update", "Deployment/ns/web", ("/spec/replicas", "/spec/template/spec/containers[app]/image")),
+        ("delete", "Service/ns/old", ()),
+    ]
     return plan_status(id_, Action.UPGRADE, 3, "web-1.2.0", changes, ["a note"], NOW)
 
 
@@ -66,7 +70,16 @@ def test_the_plan_as_the_status_records_it() -> None:
     assert p["summary"] == (
         "plan abc: upgrade web-1.2.0 from revision 3: 1 object(s) to create, 1 to change, 1 to delete"
     )
-    assert p["objects"] == ["create ConfigMap/ns/a", "update Deployment/ns/web", "delete Service/ns/old"]
+    assert p["objects"] == [
+        "create ConfigMap/ns/a",
+        "update Deployment/ns/web: /spec/replicas, /spec/template/spec/containers[app]/image",
+        "delete Service/ns/old",
+    ]
+    many = tuple(f"/data/k{i}" for i in range(7))
+    (line,) = plan_status("x", Action.UPGRADE, 3, "c", [("update", "ConfigMap/ns/a", many)], [], NOW)[
+        "objects"
+    ]
+    assert line == "update ConfigMap/ns/a: /data/k0, /data/k1, /data/k2, /data/k3, /data/k4, … (7 fields)"
     assert "helm-operator.io/approve=abc" in waiting_message(p, None)
     assert "the approval 'old' is for another plan" in waiting_message(p, "old")
 
