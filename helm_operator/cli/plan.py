@@ -114,7 +114,7 @@ def _approve(args: argparse.Namespace, res: Any, ns: str | None, obj: Mapping[st
     plan = _plan(obj)
     if args.id and args.id != plan.get("id"):
         raise UserError(
-            f"plan {args.id} is not the plan that waits ({plan.get('id')}: {plan.get('summary')}); "
+            f"plan {args.id} is not the plan that waits ({plan.get('summary')}); "
             "the resource or its chart changed since: review the new plan"
         )
     if plan.get("approvedAt"):

@@ -39,6 +39,7 @@ from helm_operator.drift.diff import (
     with_helm_ownership,
     without_ignored,
 )
+from helm_operator.release.conflicts import FieldConflict
 from helm_operator.release.health import WORKLOAD_KINDS, Health, assess
 from helm_operator.release.record import ObjectId, StoredRelease, object_id
 from helm_operator.release.state import DRIFT_MODES, Drift
@@ -217,6 +218,37 @@ async def correct(
         await asyncio.to_thread(kube.apply, c.apply, c.namespace)
         DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=c.drift.kind).inc()
     return dataclasses.replace(report, corrected=True)
+
+
+async def take_fields(
+    kube: Kube, watch: Watch, release: StoredRelease, found: Sequence[FieldConflict], memory: InSyncMemory
+) -> DriftReport | None:
+    """Apply each object that conflicted as ``release`` (Helm's refused try) has it, under Helm's
+    manager, forcing: the fields other managers own are Helm's again — without those ignore rules
+    and trusted managers own, as a correction leaves them. Objects move forward to what the action
+    applies, never back, so none rolls twice; Helm's next try finds them as it wants them. The
+    report names the fields taken (None: none of the objects is in the revision)."""
+    docs = _parsed(release)
+    rules = rules_for(docs, watch.drift_ignore)
+    fields = {(c.kind, c.namespace or release.namespace, c.name): c.fields for c in found}
+
+    def take() -> list[ObjectDrift]:
+        taken = []
+        for doc in docs:
+            key = _key(doc, release.namespace)
+            wanted = fields.get(key[1:])
+            if wanted is None:
+                continue
+            live = kube.get(doc, release.namespace)
+            ignored = ignored_pointers(key[1], key[3], live, rules, watch.drift_trusted_managers)
+            kube.apply(without_ignored(doc, ignored), release.namespace)
+            memory.forget(key)
+            taken.append(ObjectDrift(key[0], key[1], key[2], key[3], paths=wanted))
+            DRIFT_CORRECTIONS.labels(watch=watch.key, object_kind=key[1]).inc()
+        return taken
+
+    taken = await asyncio.to_thread(take)
+    return DriftReport("enabled", tuple(taken), corrected=True) if taken else None
 
 
 async def workload_health(kube: Kube, release: StoredRelease) -> Health:

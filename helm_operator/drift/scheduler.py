@@ -37,10 +37,12 @@ from helm_operator.drift.check import (
     events_for,
     manifest_ids,
     mode_of,
+    take_fields,
     workload_health,
 )
 from helm_operator.drift.dependents import Change, DependentWatches
 from helm_operator.drift.diff import ObjectDrift
+from helm_operator.release.conflicts import FieldConflict
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.record import StoredRelease
 from helm_operator.release.state import Action, plan_drift
@@ -84,18 +86,16 @@ class DriftChecker:
             self.clean.add(ident.owner)
         return report
 
-    async def take_back(
-        self, watch: Watch, ident: ReleaseId, annotations: Mapping[str, str]
+    async def take_fields(
+        self, watch: Watch, ident: ReleaseId, found: Sequence[FieldConflict]
     ) -> DriftReport | None:
-        """Correct the drift of the release's last deployed revision, whatever its latest says: a
-        Helm action met fields edited by hand (a field conflict of its server-side apply). None:
-        nothing deployed of ours."""
-        core = self.kube.core
-        release = await asyncio.to_thread(storage.current_release, core, ident.name, ident.namespace)
-        if release is None or release.status != "deployed" or release.owner != ident.owner:
+        """A Helm action met fields other managers own: take them for the objects that conflicted
+        (``check.take_fields``), from Helm's refused try (the release's latest revision). None:
+        no such revision of ours to read."""
+        release = await storage.read(self.kube.core, ident)
+        if release is None or release.owner != ident.owner or not release.manifest:
             return None
-        report = await compare_release(self.kube, watch, release, mode_of(annotations, watch), self.memory)
-        return await correct(self.kube, watch, report) if report.drifts else report
+        return await take_fields(self.kube, watch, release, found, self.memory)
 
     async def correct(self, watch: Watch, report: DriftReport, announce: Announce | None) -> DriftReport:
         """Re-assert what ``observe`` found (``Action.CORRECT_DRIFT``); the report, corrected."""

@@ -1,12 +1,15 @@
 """Field conflicts of Helm 4's server-side apply: an upgrade or rollback that would change a field
 another field manager owns (a ``kubectl edit``, a controller) fails without ``--force-conflicts``.
+A manager keeps owning a field it once set even when its value is put back as it was, so the
+conflict comes whatever the value now is.
 
 Forcing every such field would also take fields from trusted managers (an autoscaler's replicas),
-which drift correction leaves alone. So a conflict is settled by the drift rules instead: fields
-of untrusted managers are taken back as a drift correction takes them (then the action goes on),
-and a conflict with a trusted manager, or under a drift mode that leaves hand edits alone, is a
-stall that names who owns what (``refusal``). Pure: parsing of what the API server said, and the
-decision.
+which drift correction leaves alone. So a conflict is settled by the drift rules instead: the
+objects that conflicted with untrusted managers only are applied as Helm's refused try had them,
+taking those fields (the ignored and trusted ones left out, as a drift correction leaves them),
+and the action goes on; a conflict with a trusted manager, or under a drift mode that leaves hand
+edits alone, is a stall that names who owns what (``refusal``). Pure: parsing of what the API
+server said, and the decision.
 """
 
 from __future__ import annotations
@@ -22,9 +25,16 @@ RETRY_HINT = "then annotate the resource helm-operator.io/retry=<a new value>"
 class FieldConflict:
     """Fields of one object that one other field manager owns."""
 
-    obj: str  # "ConfigMap ns/name" ("" when the message did not name it)
+    kind: str  # "" when the message did not name the object
+    namespace: str  # "" for a cluster-scoped object
+    name: str
     manager: str
     fields: tuple[str, ...]
+
+    @property
+    def obj(self) -> str:
+        """``ConfigMap ns/name``, as messages name it ("" when unknown)."""
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}" if self.kind else ""
 
     def summary(self) -> str:
         where = f"{self.obj} " if self.obj else ""
@@ -47,28 +57,27 @@ def is_conflict(text: str) -> bool:
 
 def conflicts_in(text: str) -> tuple[FieldConflict, ...]:
     """Each (object, manager) that conflicted, with its fields, from helm's error text."""
-    found: dict[tuple[str, str], list[str]] = {}
+    found: dict[tuple[str, str, str, str], list[str]] = {}
     marks = [m.start() for m in re.finditer(_MARK, text)]
     for start, end in zip(marks, [*marks[1:], len(text)], strict=True):
         obj = _OBJECT.findall(text, 0, start)
-        name = f"{obj[-1][1]} {obj[-1][0].lstrip('/')}" if obj else ""
+        where, kind = obj[-1] if obj else ("", "")
+        namespace, _, name = where.rpartition("/")
         manager = None
         for line in text[start:end].splitlines():
             m = _MANAGER.search(line)
             if m is not None:
                 manager = m.group(1).replace('\\"', '"')
-                fields = found.setdefault((name, manager), [])
+                fields = found.setdefault((kind, namespace, name, manager), [])
                 if m.group(2):
                     fields.append(m.group(2).strip())
                 continue
             f = _FIELD.match(line.strip())
             if f is not None and manager is not None:
-                found[(name, manager)].append(f.group(1))
+                found[(kind, namespace, name, manager)].append(f.group(1))
             elif manager is not None:
                 break  # past the conflict list
-    return tuple(
-        FieldConflict(obj, manager, tuple(dict.fromkeys(fields))) for (obj, manager), fields in found.items()
-    )
+    return tuple(FieldConflict(*key, tuple(dict.fromkeys(fields))) for key, fields in found.items())
 
 
 def describe(conflicts: Iterable[FieldConflict]) -> str:
@@ -78,7 +87,7 @@ def describe(conflicts: Iterable[FieldConflict]) -> str:
 def refusal(conflicts: Sequence[FieldConflict], trusted: Sequence[str], mode: str) -> str | None:
     """Why the fields may not be taken back (a message that names who owns what and what to do),
     or None: every one belongs to an untrusted manager, and drift correction is on."""
-    if not conflicts:
+    if not conflicts or not all(c.kind for c in conflicts):
         return unsettled(conflicts)
     kept = [c for c in conflicts if c.manager in trusted]
     if kept:
@@ -90,9 +99,10 @@ def refusal(conflicts: Sequence[FieldConflict], trusted: Sequence[str], mode: st
         )
     if mode != "enabled":
         return (
-            f"the change would overwrite edits made by hand: {describe(conflicts)}; drift mode "
-            f"{mode!r} leaves such edits alone: undo them (or annotate helm-operator.io/drift=enabled), "
-            f"{RETRY_HINT}"
+            f"the change would overwrite fields edited by hand: {describe(conflicts)}; drift mode "
+            f"{mode!r} leaves such edits alone (and so Helm's try failed part-way: objects it applied "
+            f"before the conflict run the change): annotate helm-operator.io/drift=enabled to let "
+            f"the operator take those fields (it tries again at once), or change the spec back"
         )
     return None
 
@@ -106,10 +116,10 @@ def unsettled(conflicts: Sequence[FieldConflict]) -> str:
 
 
 def still(conflicts: Sequence[FieldConflict]) -> str:
-    """A conflict left after the drift correction took back what it may (a field an ignore rule
-    leaves alone, or an edit made in between)."""
+    """A conflict left after the fields were taken (a field a driftIgnore rule leaves alone, or
+    an edit made in between)."""
     return (
-        f"the change still conflicts after the drift correction took back what it may: "
-        f"{describe(conflicts) or 'helm did not say which fields'}; fields a driftIgnore rule "
-        f"leaves alone stay their editor's: undo the edit, {RETRY_HINT}"
+        f"the change still conflicts after the operator took the fields it may: "
+        f"{describe(conflicts) or 'helm did not say which fields'}; a field a driftIgnore rule "
+        f"leaves alone stays its editor's: leave it out of the chart or stop ignoring it, {RETRY_HINT}"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -24,6 +25,8 @@ from helm_operator.release.state import Plan
 from helm_operator.release.status import progress_patch, release_contributions
 from helm_operator.runtime.desired import Resource
 from helm_operator.runtime.services import Runtime
+
+log = logging.getLogger(__name__)
 
 DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
 PROGRESS_GRACE = 3.0  # an action still running after this long is announced on the status
@@ -82,9 +85,9 @@ def taking_back(
     rt: Runtime, cr: Resource, taken: list[DriftReport]
 ) -> Callable[[tuple[FieldConflict, ...]], Awaitable[HelmError | None]]:
     """What settles an action's field conflict (``release.conflicts``) by the resource's drift
-    rules: the fields of untrusted managers are taken back, as a correction of the release's last
-    deployed revision (its report added to ``taken``, for ``Drifted`` and the Events); None then,
-    else the error the action fails with."""
+    rules: the fields of untrusted managers are taken for Helm (``DriftChecker.take_fields``; its
+    report added to ``taken``, for ``Drifted`` and the Events); None then, else the error the
+    action fails with."""
 
     async def take_back(found: tuple[FieldConflict, ...]) -> HelmError | None:
         watch = cr.watch
@@ -97,9 +100,13 @@ def taking_back(
             return HelmError(
                 Reason.HELM_FAILED, f"fields edited by hand conflict: {said}; taken back after: {paused}"
             )
-        report = await rt.drift.take_back(watch, cr.ident, cr.annotations)
-        if report is not None:
-            taken.append(report)
+        report = await rt.drift.take_fields(watch, cr.ident, found)
+        if report is None:
+            return HelmError(Reason.FIELD_CONFLICT, conflicts.unsettled(found))
+        log.info(
+            "Helm's apply met fields other managers own: taken, trying again (%s)", conflicts.describe(found)
+        )
+        taken.append(report)
         return None
 
     return take_back

@@ -20,7 +20,13 @@ from helm_operator.config.charts import ChartInfo, ChartRef, installed_crds
 from helm_operator.config.sharding import object_labels
 from helm_operator.config.watches import Watch
 from helm_operator.core.masking import mask
-from helm_operator.core.naming import DIGEST_LABEL, FLEET_LABEL, OWNER_LABEL, RETRY_ANNOTATION
+from helm_operator.core.naming import (
+    DIGEST_LABEL,
+    DRIFT_ANNOTATION,
+    FLEET_LABEL,
+    OWNER_LABEL,
+    RETRY_ANNOTATION,
+)
 from helm_operator.core.tenancy import NOT_ENFORCED, TenantRules
 from helm_operator.core.values import digest, merge, user_values, validate
 from helm_operator.core.vocabulary import Reason
@@ -101,14 +107,15 @@ def record_size_estimate(chart_files_gz: int, values: Mapping[str, Any]) -> int:
 
 def context_of(watch: Watch, tenant: TenantRules, annotations: Mapping[str, str]) -> str:
     """A digest of what decides how an action with given chart and values turns out, besides
-    them: the tenant rules, the watch's Helm settings, the operator's version and the retry
-    annotation. Failures are remembered per digest *and* context, so a stall is retried once
-    any of these changes (the watch fixed, the operator upgraded, the resource annotated)."""
+    them: the tenant rules, the watch's Helm settings, the operator's version, and the retry
+    and drift annotations. Failures are remembered per digest *and* context, so a stall is retried
+    once any of these changes (the watch fixed, the operator upgraded, the resource annotated)."""
     facts = {
         "tenant": [tenant.enforce, sorted(tenant.allowed_namespaces), tenant.allow_cluster_scoped],
         "helm": [watch.timeout, watch.wait, watch.history_max, watch.rollback_on_failure],
         "operator": __version__,
         "retry": annotations.get(RETRY_ANNOTATION, ""),
+        "drift": annotations.get(DRIFT_ANNOTATION, ""),  # what a field conflict may take (release.conflicts)
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -203,9 +203,11 @@ async def roll_back(helm: Helm, t: Target, revision: int | None = None) -> None:
 
 
 async def _rollback(ctx: ActionContext) -> Remediation:
-    """Back to the revision deployed when the action was decided (the previous one otherwise),
-    fields edited by hand meanwhile taken back as for the action."""
-    before = ctx.before
+    """Back to the last revision deployed (Helm's "previous" may be a failed one: its values are
+    those that failed), fields other managers took meanwhile taken as for the action."""
+    before, ident = ctx.before, ctx.target.ident
+    if before is None or before.status != "deployed":
+        before = await asyncio.to_thread(storage.current_release, ctx.kube.core, ident.name, ident.namespace)
     revision = before.revision if before is not None and before.status == "deployed" else None
 
     async def back(c: ActionContext) -> None:

@@ -449,10 +449,61 @@ def test_an_upgrade_that_meets_a_hand_edit_takes_the_field_back_and_goes_on(
     dres.wait_condition(TINY, "handed", "Ready")
     wait_event(dres, "handed", "UpgradeSucceeded", "upgraded to revision 3")
     assert dres.get("configmap", "handed-config")["data"]["message"] == "b"
-    wait_event(dres, "handed", "DriftCorrected", "ConfigMap/handed-config /data/message")
+    wait_event(dres, "handed", "DriftCorrected", "ConfigMap/handed-config .data.message")
     drifted = dres.condition(TINY, "handed", "Drifted")
-    assert drifted["reason"] == "DriftCorrected" and "/data/message" in drifted["message"], drifted
+    assert drifted["reason"] == "DriftCorrected" and ".data.message" in drifted["message"], drifted
     assert history(helm4, "handed", dres.ns) == ["superseded", "failed", "deployed"]
+    assert "fields other managers own: taken, trying again" in drift_operator.log()
+
+
+def test_an_edit_put_back_by_hand_still_owns_its_field_and_is_taken_all_the_same(
+    drift_operator: OperatorProcess, dres: Resources, helm4: Helm
+) -> None:
+    """A manager keeps a field it set even once its value is put back: there is no drift to see,
+    yet the next upgrade that changes the field conflicts with it. The field is taken all the same."""
+    cr = tiny("undone", replicas=1, message="a")
+    dres.apply(cr)
+    dres.wait_condition(TINY, "undone", "Ready")
+    drift_operator.stop()
+    try:
+        edit_data(dres, "undone-config", "message", "by-hand")
+        edit_data(dres, "undone-config", "message", "a")  # as deployed: kubectl-patch owns it still
+        cr["spec"]["message"] = "b"
+        dres.apply(cr)
+    finally:
+        drift_operator.start()
+    dres.wait_condition(TINY, "undone", "Ready")
+    wait_event(dres, "undone", "UpgradeSucceeded", "upgraded to revision 3")
+    assert dres.get("configmap", "undone-config")["data"]["message"] == "b"
+    assert history(helm4, "undone", dres.ns) == ["superseded", "failed", "deployed"]
+
+
+def test_a_conflict_drift_mode_warn_keeps_goes_on_once_drift_is_enabled(
+    drift_operator: OperatorProcess, dres: Resources, helm4: Helm
+) -> None:
+    """Under ``drift: warn`` an edit by hand is left alone, so an upgrade that would overwrite it
+    stalls saying so; annotating ``drift=enabled`` lets it go on, with no retry annotation."""
+    cr = tiny("warned", replicas=1, message="a")
+    cr["metadata"]["annotations"] = {"helm-operator.io/drift": "warn"}
+    dres.apply(cr)
+    dres.wait_condition(TINY, "warned", "Ready")
+    edit_data(dres, "warned-config", "message", "by-hand")
+    cr["spec"]["message"] = "b"
+    dres.apply(cr)
+    stalled = dres.wait_condition(TINY, "warned", "Stalled")
+    assert stalled["reason"] == "FieldConflict" and "'warn'" in stalled["message"], stalled
+    assert "kubectl-patch" in stalled["message"] and "drift=enabled" in stalled["message"], stalled
+    assert dres.get("configmap", "warned-config")["data"]["message"] == "by-hand"
+    dres.cluster.kubectl(
+        "annotate", TINY, "warned", "-n", dres.ns, "helm-operator.io/drift=enabled", "--overwrite"
+    )
+    eventually(
+        lambda: dres.get("configmap", "warned-config")["data"]["message"] == "b",
+        timeout=60,
+        what="the upgrade gone on once drift correction is enabled",
+    )
+    dres.wait_condition(TINY, "warned", "Ready", generation=False)
+    assert dres.condition(TINY, "warned", "Stalled")["status"] == "False"
 
 
 def test_an_upgrade_that_meets_a_trusted_managers_field_stalls_naming_it(

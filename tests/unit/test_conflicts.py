@@ -21,16 +21,18 @@ SEVERAL = (
 
 
 def test_one_conflict_names_its_object_manager_and_field() -> None:
-    assert conflicts_in(ONE) == (
-        FieldConflict("ConfigMap d-1/handed-config", "kubectl-patch", (".data.message",)),
-    )
+    (one,) = conflicts_in(ONE)
+    assert one == FieldConflict("ConfigMap", "d-1", "handed-config", "kubectl-patch", (".data.message",))
+    assert one.obj == "ConfigMap d-1/handed-config"
 
 
 def test_several_managers_and_fields_of_one_object() -> None:
     assert conflicts_in(SEVERAL) == (
-        FieldConflict("Deployment d-1/web", "hpa-controller", (".spec.replicas",)),
+        FieldConflict("Deployment", "d-1", "web", "hpa-controller", (".spec.replicas",)),
         FieldConflict(
-            "Deployment d-1/web",
+            "Deployment",
+            "d-1",
+            "web",
             "kubectl-edit",
             ('.spec.template.spec.containers[name="app"].image', ".metadata.labels.tier"),
         ),
@@ -52,7 +54,7 @@ def test_untrusted_fields_are_taken_back_only_where_drift_is_corrected() -> None
     assert refusal(edit, trusted=("trusted-scaler",), mode="enabled") is None
     warned = refusal(edit, trusted=(), mode="warn")
     assert warned is not None and "'warn'" in warned and "ConfigMap d-1/handed-config .data.message" in warned
-    assert "helm-operator.io/retry" in warned
+    assert "helm-operator.io/drift=enabled" in warned and "part-way" in warned
 
 
 def test_a_trusted_managers_field_is_never_taken_and_the_stall_names_it() -> None:
@@ -64,4 +66,16 @@ def test_a_trusted_managers_field_is_never_taken_and_the_stall_names_it() -> Non
 
 def test_nothing_named_is_never_taken_blindly() -> None:
     assert refusal((), trusted=(), mode="enabled") is not None
+    unnamed = conflicts_in('Apply failed with 1 conflict: conflict with "kubectl-patch" using v1: .data.x')
+    assert unnamed[0].kind == "" and refusal(unnamed, trusted=(), mode="enabled") is not None
     assert "ConfigMap d-1/handed-config" in still(conflicts_in(ONE))
+
+
+def test_a_cluster_scoped_object_has_no_namespace() -> None:
+    text = (
+        "conflict occurred while applying object /reader rbac.authorization.k8s.io/v1, Kind=ClusterRole: "
+        'Apply failed with 1 conflict: conflict with "kubectl-edit" using rbac.authorization.k8s.io/v1: '
+        ".rules"
+    )
+    (c,) = conflicts_in(text)
+    assert (c.kind, c.namespace, c.name, c.obj) == ("ClusterRole", "", "reader", "ClusterRole reader")

@@ -94,10 +94,16 @@ class FakeHelm:
         printed = {"name": name, "namespace": namespace, "version": rev.number, "info": {"status": status}}
         return Applied(printed, (ObjectId("v1", "ConfigMap", None, name),))
 
-    async def rollback(self, *a: Any, **kw: Any) -> None:
-        """A new revision that redeploys the last good one, as `helm rollback` makes."""
-        self.calls.append("rollback")
-        good = next(r for r in reversed(self.storage.revisions) if r.status == "superseded")
+    async def rollback(self, name: str, namespace: str, revision: int | None, **kw: Any) -> None:
+        """A new revision that redeploys the one named (else the last good one), as `helm rollback`."""
+        self.calls.append("rollback" if revision is None else f"rollback {revision}")
+        good = next(
+            r
+            for r in reversed(self.storage.revisions)
+            if (r.number == revision if revision is not None else r.status == "superseded")
+        )
+        for r in self.storage.revisions:
+            r.status = "superseded" if r.status == "deployed" else r.status
         self.storage.revisions.append(
             Revision(len(self.storage.revisions) + 1, "deployed", good.digest, good.owner)
         )
@@ -185,7 +191,7 @@ def test_failures_back_off_then_give_up_keeping_the_reason() -> None:
     assert (failed.outcome.reason, failed.retry_after, helm.calls[-2:]) == (
         "UpgradeFailed",
         30,
-        ["upgrade", "rollback"],
+        ["upgrade", "rollback 1"],
     )
     waiting = run(rt, cr({"message": "two"}, generation=2))  # too soon: backoff, no helm
     assert (waiting.outcome.reason, helm.calls.count("upgrade")) == ("UpgradeFailed", 2)
@@ -421,3 +427,27 @@ def test_the_last_try_allowed_is_given_up_on_at_once_not_after_a_backoff() -> No
     fifth = run(rt, cr({"message": "two"}, generation=2))
     assert (fifth.outcome.reason, fifth.retry_after, fifth.attempts.failures) == ("UpgradeFailed", 1.0, 5)
     assert run(rt, cr({"message": "two"}, generation=2)).outcome.reason == "RetriesExhausted"
+
+
+def test_a_rollback_goes_to_the_last_deployed_revision_never_to_a_failed_one() -> None:
+    """Helm's "previous revision" of a failed one may be failed too (an upgrade refused twice):
+    the rollback names the revision that last ran, so it never redeploys values that failed."""
+    helm = FakeHelm(Storage())
+    rt = runtime(helm)
+    run(rt, cr({"message": "one"}))  # revision 1, deployed
+    helm.fail = HelmError("HelmFailed", "the API server said no")
+    helm.rollback = _refused  # type: ignore[method-assign]
+    failed = run(rt, cr({"message": "two"}, generation=2))
+    assert failed.outcome.remediation is not None and not failed.outcome.remediation.succeeded
+    revisions = helm.storage.revisions
+    revisions[0].status = "deployed"  # as real Helm leaves it when the upgrade fails
+    revisions.append(Revision(3, "failed", revisions[1].digest, revisions[1].owner))  # a failed rollback
+    helm.rollback = FakeHelm.rollback.__get__(helm)  # type: ignore[method-assign]
+    rt.attempts.clear()
+    again = run(rt, cr({"message": "two"}, generation=2))
+    assert helm.calls[-1] == "rollback 1", helm.calls
+    assert again.outcome.action == "rollback" and again.outcome.remediation.succeeded  # type: ignore[union-attr]
+
+
+async def _refused(*a: Any, **kw: Any) -> None:
+    raise HelmError("HelmFailed", "rollback refused")
