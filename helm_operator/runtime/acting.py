@@ -1,6 +1,6 @@
 """What runs beside an action: its progress announced on the status, a drift correction
-announced before it starts, fields edited by hand taken back when Helm's apply meets them, and a
-deletion noticed while Helm works."""
+announced before it starts, fields other managers own taken for Helm when its apply meets them,
+and a deletion noticed while Helm works."""
 
 from __future__ import annotations
 

@@ -42,14 +42,14 @@ class ActionContext:
     abort: asyncio.Event | None = None  # set when the resource is being deleted: stop helm
     drift: DriftReport | None = None  # what the comparison the decision saw found (CORRECT_DRIFT)
     announce: Callable[[tuple[ObjectDrift, ...]], Awaitable[None]] | None = None  # before correcting
-    # Settles a field conflict by the drift rules: None once the fields are taken back, else the
+    # Settles a field conflict by the drift rules: None once the fields are Helm's again, else the
     # error to fail with (``runtime.acting.taking_back``).
     take_back: Callable[[tuple[FieldConflict, ...]], Awaitable[HelmError | None]] | None = None
 
 
 async def _over_edits(ctx: ActionContext, act: Callable[[ActionContext], Awaitable[T]]) -> T:
-    """``act`` (an apply of Helm's); when Helm 4's server-side apply meets fields someone else
-    owns (an edit by hand: a field conflict), they are taken back as a drift correction takes them
+    """``act`` (an apply of Helm's); when Helm 4's server-side apply meets fields another manager
+    owns (an edit by hand: a field conflict), the drift rules take them for Helm (``take_back``)
     and ``act`` runs once more. A conflict the drift rules keep (a trusted manager's field, drift
     correction off), or one left after, fails with a message that names who owns what."""
     try:
@@ -217,7 +217,8 @@ async def _rollback(ctx: ActionContext) -> Remediation:
         await _over_edits(ctx, back)
     except HelmError as exc:
         return Remediation("rollback", False, f"rollback failed: {exc.message}")
-    return Remediation("rollback", True, "rolled back to the previous revision")
+    to = f"revision {revision}" if revision is not None else "the previous revision"
+    return Remediation("rollback", True, f"rolled back to {to}")
 
 
 async def rollback(ctx: ActionContext) -> Outcome:
