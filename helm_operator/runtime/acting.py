@@ -90,22 +90,19 @@ def taking_back(
     action fails with."""
 
     async def take_back(found: tuple[FieldConflict, ...]) -> HelmError | None:
-        watch = cr.watch
+        watch, said = cr.watch, conflicts.describe(found)
         refused = conflicts.refusal(found, watch.drift_trusted_managers, mode_of(cr.annotations, watch))
         if refused is not None:
             return HelmError(Reason.FIELD_CONFLICT, refused)
         paused = rt.drift.paused.get(cr.ident.owner)
         if paused:  # a restore or a failover: retried once it is over
-            said = conflicts.describe(found)
             return HelmError(
                 Reason.HELM_FAILED, f"fields edited by hand conflict: {said}; taken back after: {paused}"
             )
         report = await rt.drift.take_fields(watch, cr.ident, found)
         if report is None:
             return HelmError(Reason.FIELD_CONFLICT, conflicts.unsettled(found))
-        log.info(
-            "Helm's apply met fields other managers own: taken, trying again (%s)", conflicts.describe(found)
-        )
+        log.info("Helm's apply met fields other managers own: taken, trying again (%s)", said)
         taken.append(report)
         return None
 

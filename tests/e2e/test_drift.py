@@ -6,6 +6,7 @@ watch caches they inspect belong to releases of this module only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -83,6 +84,17 @@ def revision(helm: Helm, name: str, ns: str) -> str:
             if r["name"] == name
         )
     )
+
+
+@contextlib.contextmanager
+def stopped(op: OperatorProcess) -> Iterator[None]:
+    """What is done inside happens while no operator runs (then it starts again): it lands
+    before the operator's next look, whatever the machine's pace."""
+    op.stop()
+    try:
+        yield
+    finally:
+        op.start()
 
 
 def edit_data(res: Resources, configmap: str, key: str, value: str) -> None:
@@ -241,12 +253,9 @@ def test_drift_while_stopped_is_corrected_on_start(drift_operator: OperatorProce
     name = "ms-offline"
     dres.apply(msd(name, autoscaling=False))
     dres.wait_condition(MSD, name, "Ready")
-    drift_operator.stop()
-    try:
+    with stopped(drift_operator):
         dres.cluster.kubectl("delete", "configmap", f"{name}-config", "-n", dres.ns)
         dres.cluster.kubectl("scale", "deployment", name, "-n", dres.ns, "--replicas=1")
-    finally:
-        drift_operator.start()
     eventually(lambda: dres.exists("configmap", f"{name}-config"), what="ConfigMap recreated after start")
     eventually(lambda: dres.get("deployment", name)["spec"]["replicas"] == 3, what="replicas restored")
 
@@ -439,13 +448,10 @@ def test_an_upgrade_that_meets_a_hand_edit_takes_the_field_back_and_goes_on(
     cr = tiny("handed", replicas=1, message="a")
     dres.apply(cr)
     dres.wait_condition(TINY, "handed", "Ready")
-    drift_operator.stop()  # the edit lands before the upgrade, whatever the machine's pace
-    try:
+    with stopped(drift_operator):  # the edit lands before the upgrade, whatever the machine's pace
         edit_data(dres, "handed-config", "message", "by-hand")
         cr["spec"]["message"] = "b"
         dres.apply(cr)
-    finally:
-        drift_operator.start()
     dres.wait_condition(TINY, "handed", "Ready")
     wait_event(dres, "handed", "UpgradeSucceeded", "upgraded to revision 3")
     assert dres.get("configmap", "handed-config")["data"]["message"] == "b"
@@ -464,14 +470,11 @@ def test_an_edit_put_back_by_hand_still_owns_its_field_and_is_taken_all_the_same
     cr = tiny("undone", replicas=1, message="a")
     dres.apply(cr)
     dres.wait_condition(TINY, "undone", "Ready")
-    drift_operator.stop()
-    try:
+    with stopped(drift_operator):
         edit_data(dres, "undone-config", "message", "by-hand")
         edit_data(dres, "undone-config", "message", "a")  # as deployed: kubectl-patch owns it still
         cr["spec"]["message"] = "b"
         dres.apply(cr)
-    finally:
-        drift_operator.start()
     dres.wait_condition(TINY, "undone", "Ready")
     wait_event(dres, "undone", "UpgradeSucceeded", "upgraded to revision 3")
     assert dres.get("configmap", "undone-config")["data"]["message"] == "b"
@@ -515,16 +518,13 @@ def test_an_upgrade_that_meets_a_trusted_managers_field_stalls_naming_it(
     cr = tiny("scaled", replicas=2)
     dres.apply(cr)
     dres.wait_condition(TINY, "scaled", "Ready")
-    drift_operator.stop()
-    try:
+    with stopped(drift_operator):
         dres.cluster.kubectl(
             "patch", "deployment", "scaled", "-n", dres.ns, "--field-manager=trusted-scaler",
             "--type=merge", "-p", json.dumps({"spec": {"replicas": 4}}),
         )  # fmt: skip
         cr["spec"]["replicas"] = 3
         dres.apply(cr)
-    finally:
-        drift_operator.start()
     stalled = dres.wait_condition(TINY, "scaled", "Stalled")
     assert stalled["reason"] == "FieldConflict", stalled
     assert "trusted-scaler" in stalled["message"] and ".spec.replicas" in stalled["message"], stalled

@@ -17,11 +17,22 @@ PACKAGE = Path(__file__).resolve().parents[2] / "helm_operator"
 WRITER = PACKAGE / "adapters" / "report.py"
 
 
-def _calls(attr: str) -> list[tuple[Path, ast.Call]]:
+def _calls(name: str) -> list[tuple[Path, ast.Call]]:
+    """Every call of ``name`` in the package: a method (``x.name(…)``) or a plain name (``name(…)``)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attr:
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else None
+            )
+            if called == name:
                 found.append((path, node))
     return found
 
@@ -90,17 +101,6 @@ def test_only_the_owners_compositions_make_a_status_patch() -> None:
     assert inspect.signature(fields_patch).return_annotation in ("StatusPatch", StatusPatch)
     assert inspect.signature(status_patch_of).return_annotation in ("StatusPatch", StatusPatch)
     made = [
-        f"{p.relative_to(PACKAGE)}:{c.lineno}"
-        for p, c in _calls_of_name("StatusPatch")
-        if p.name != "conditions.py"
+        f"{p.relative_to(PACKAGE)}:{c.lineno}" for p, c in _calls("StatusPatch") if p.name != "conditions.py"
     ]
     assert made == [], f"a status patch made outside core/conditions.py: {made}"
-
-
-def _calls_of_name(name: str) -> list[tuple[Path, ast.Call]]:
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
-                found.append((path, node))
-    return found
