@@ -324,6 +324,20 @@ class Resources:
         )
         return list(json.loads(out.stdout)["items"])
 
+    def wait_event(
+        self, name: str, reason: str, needle: str = "", *, seen: int = 0, timeout: float = 30
+    ) -> dict[str, Any]:
+        """The latest ``reason`` Event of ``name`` whose message holds ``needle``, once there are
+        more than ``seen`` of them. A turn writes its Events and its status at once, so an Event
+        may land a moment after the condition a test waited for."""
+
+        def check() -> dict[str, Any] | None:
+            hits = [e for e in self.events(name) if e["reason"] == reason and needle in e["message"]]
+            return hits[-1] if len(hits) > seen else None
+
+        found: dict[str, Any] = eventually(check, timeout, f"{reason} event of {name} with {needle!r}")
+        return found
+
     def delete(self, kind: str, name: str, wait: bool = True) -> None:
         self.cluster.kubectl("delete", kind, name, "-n", self.ns, f"--wait={str(wait).lower()}", timeout=180)
 

@@ -64,7 +64,7 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
         install
     )
     assert "from no release" in install["summary"]
-    assert any(e["reason"] == "PlanReady" for e in res.events("gated"))
+    res.wait_event("gated", "PlanReady")
     assert "gated" not in releases(helm4, res.ns) and not helm_calls(operator, res.ns), (
         "no helm before approval"
     )
@@ -79,7 +79,7 @@ def test_nothing_is_applied_before_approval_and_exactly_the_approved_plan_is(
     assert releases(helm4, res.ns)["gated"]["revision"] == "1"
     eventually(lambda: plan_of(res).get("approvedAt"), timeout=30, what="the plan stamped approved")
     assert res.condition(MEMCACHED, "gated", "ApprovalPending")["status"] == "False"
-    assert any(e["reason"] == "PlanApproved" and install["id"] in e["message"] for e in res.events("gated"))
+    res.wait_event("gated", "PlanApproved", install["id"])
 
     # A change: a new plan; the approval of the install, still on the resource, was used: it lets
     # nothing through and is not blamed as an approval of another plan.

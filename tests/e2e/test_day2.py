@@ -154,10 +154,12 @@ def test_backup_now_runs_once_is_acknowledged_and_backups_are_pruned_by_count_an
 
     first = backup_now()
     assert backups(res, name) == [first]
+    res.wait_event(name, "ActionSucceeded")
     assert reasons(res, name).count("ActionSucceeded") == 1
     # The same request made again is a new one (its predecessor was acknowledged): it runs.
     again = backup_now(first)
     assert backups(res, name) == [first, again]
+    res.wait_event(name, "ActionSucceeded", seen=1)
     assert reasons(res, name).count("ActionSucceeded") == 2
 
     # Count: maxBackups 2 keeps the newest two; the oldest record and its Job are gone.
@@ -165,7 +167,7 @@ def test_backup_now_runs_once_is_acknowledged_and_backups_are_pruned_by_count_an
     third = backup_now(again)
     eventually(lambda: backups(res, name) == [again, third], timeout=30, what="pruned to two by count")
     eventually(lambda: first not in jobs(res), timeout=30, what=f"Job {first} deleted")
-    assert any(e["reason"] == "BackupsPruned" and first in e["message"] for e in res.events(name))
+    res.wait_event(name, "BackupsPruned", first)
 
     # Age: a backup older than the retention goes when the next one is taken; one younger stays.
     # The retention is an upper bound (it must outlast two backups taken one after the other, a few
@@ -235,12 +237,12 @@ def test_failed_final_backup_blocks_deletion_until_overridden(
     assert (
         "DeadlineExceeded" in blocked["message"] and "helm-operator.io/force-uninstall" in blocked["message"]
     )
-    assert "UninstallBlocked" in reasons(res, "blocked")
+    res.wait_event("blocked", "UninstallBlocked")
     assert res.exists("statefulset", "blocked"), "nothing is uninstalled while the final backup fails"
 
     res.cluster.kubectl("annotate", PG, "blocked", "-n", res.ns, "helm-operator.io/force-uninstall=true")
     eventually(lambda: not res.exists(PG, "blocked"), timeout=60, what="deletion released by the override")
-    assert "HooksOverridden" in reasons(res, "blocked")
+    res.wait_event("blocked", "HooksOverridden")
 
 
 def test_bad_day2_input_is_precise_and_blocks_nothing_else(operator: OperatorProcess, res: Resources) -> None:
@@ -255,7 +257,7 @@ def test_bad_day2_input_is_precise_and_blocks_nothing_else(operator: OperatorPro
     for name, (_, expected) in cases.items():
         c = res.wait_condition(PG, name, "Day2", status="False", timeout=180)
         assert c["reason"] == "InvalidSpec" and expected in c["message"], c
-        assert any(e["reason"] == "InvalidSpec" and expected in e["message"] for e in res.events(name))
+        res.wait_event(name, "InvalidSpec", expected)
         assert "schedules" not in day2(res, name)  # nothing armed from a misread value
     # (The chart's own values.schema.json refuses these values too: Ready says so, separately.)
     res.wait_condition(PG, "fine", "Ready", timeout=120)

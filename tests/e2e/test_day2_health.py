@@ -72,7 +72,7 @@ def test_an_invalid_field_holds_only_what_it_governs(operator: OperatorProcess, 
     assert held
     c = res.condition(HOOKED, "partial", "Day2")
     assert "spec.backup.target: must not be empty" in c["message"], c
-    assert any(e["reason"] == "ActionHeld" for e in res.events("partial"))
+    res.wait_event("partial", "ActionHeld")
     time.sleep(12)  # longer than the interval
     status = day2(res, "partial")
     assert "tick" not in (status.get("schedules") or {}) and "backedUp" not in status, status

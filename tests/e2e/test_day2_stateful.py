@@ -275,7 +275,7 @@ def test_hooks_that_raise_or_hang_are_reported_and_block_nothing_else(
     hung = res.wait_condition(HOOKED, "hangs", "Ready", status="False", timeout=60)
     assert hung["reason"] == "HookTimedOut" and "did not finish within 2s" in hung["message"], hung
     for name, reason in (("raises", "HookFailed"), ("hangs", "HookTimedOut")):
-        assert any(e["type"] == "Warning" and e["reason"] == reason for e in res.events(name))
+        assert res.wait_event(name, reason)["type"] == "Warning"
         assert not res.exists("deployment", name), "no Helm action after a failed translator"
     # Fixed: the next reconcile installs it.
     res.apply(custom("test.helm-operator.io/v1", "Hooked", "raises", {}))

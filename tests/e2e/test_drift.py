@@ -103,15 +103,6 @@ def edit_data(res: Resources, configmap: str, key: str, value: str) -> None:
     res.cluster.kubectl("patch", "configmap", configmap, "-n", res.ns, "--type=merge", "-p", patch)
 
 
-def wait_event(res: Resources, owner: str, reason: str, needle: str, seen: int = 0) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        hits = [e for e in res.events(owner) if e["reason"] == reason and needle in e["message"]]
-        return hits[-1] if len(hits) > seen else None
-
-    found: dict[str, Any] = eventually(check, timeout=30, what=f"{reason} event with {needle!r}")
-    return found
-
-
 def test_manual_changes_are_corrected_without_new_revisions(
     drift_operator: OperatorProcess, dres: Resources, helm4: Helm
 ) -> None:
@@ -132,7 +123,7 @@ def test_manual_changes_are_corrected_without_new_revisions(
     try:
         time.sleep(0.5)
         kubectl("delete", "service", name, "-n", ns)
-        wait_event(dres, name, "DriftCorrected", f"Service/{name} deleted")
+        dres.wait_event(name, "DriftCorrected", f"Service/{name} deleted")
         eventually(lambda: dres.condition(MSD, name, "Drifted").get("reason") == "DriftCorrected")
         time.sleep(0.5)
     finally:
@@ -148,12 +139,12 @@ def test_manual_changes_are_corrected_without_new_revisions(
 
     # `kubectl scale` is undone.
     kubectl("scale", "deployment", name, "-n", ns, "--replicas=7")
-    wait_event(dres, name, "DriftCorrected", f"Deployment/{name} /spec/replicas")
+    dres.wait_event(name, "DriftCorrected", f"Deployment/{name} /spec/replicas")
     eventually(lambda: dres.get("deployment", name)["spec"]["replicas"] == 3, what="replicas back to 3")
 
     # Edited ConfigMap data is restored.
     edit_data(dres, f"{name}-config", "config", "x=1")
-    wait_event(dres, name, "DriftCorrected", f"ConfigMap/{name}-config /data/config")
+    dres.wait_event(name, "DriftCorrected", f"ConfigMap/{name}-config /data/config")
     eventually(
         lambda: dres.get("configmap", f"{name}-config")["data"]["config"] == "password=88888888",
         what="config restored",
@@ -161,7 +152,7 @@ def test_manual_changes_are_corrected_without_new_revisions(
 
     # A label the chart sets comes back.
     kubectl("label", "deployment", name, "-n", ns, "custom.ops/path-")
-    wait_event(dres, name, "DriftCorrected", "/metadata/labels/custom.ops~1path")
+    dres.wait_event(name, "DriftCorrected", "/metadata/labels/custom.ops~1path")
     eventually(
         lambda: dres.get("deployment", name)["metadata"]["labels"].get("custom.ops/path") == "v1",
         what="label restored",
@@ -230,7 +221,7 @@ def test_hpa_managed_replicas_are_left_alone(
     # The chart leaves replicas to the HPA; change them as the HPA would.
     dres.cluster.kubectl("scale", "deployment", name, "-n", dres.ns, "--replicas=6")
     edit_data(dres, f"{name}-config", "version", "9")
-    wait_event(dres, name, "DriftCorrected", f"ConfigMap/{name}-config /data/version")  # the watch is live
+    dres.wait_event(name, "DriftCorrected", f"ConfigMap/{name}-config /data/version")  # the watch is live
     assert dres.get("deployment", name)["spec"]["replicas"] == 6
     assert not [e for e in dres.events(name) if "/spec/replicas" in e["message"]]
     assert revision(helm4, name, dres.ns) == "1"
@@ -246,7 +237,7 @@ def test_warn_annotation_reports_without_correcting(drift_operator: OperatorProc
     drifted = dres.wait_condition(MSD, name, "Drifted", generation=False)
     assert drifted["reason"] == "DriftDetected" and "/spec/replicas" in drifted["message"]
     assert dres.get("deployment", name)["spec"]["replicas"] == 5
-    assert any(e["reason"] == "DriftDetected" for e in dres.events(name))
+    dres.wait_event(name, "DriftDetected")
 
 
 def test_drift_while_stopped_is_corrected_on_start(drift_operator: OperatorProcess, dres: Resources) -> None:
@@ -281,7 +272,7 @@ def test_upgrade_after_correction_has_no_field_conflict(
         res.apply(cr)
         res.wait_condition(TINY, "conf", "Ready")
         cluster.kubectl("scale", "deployment", "conf", "-n", ns, "--replicas=5")
-        wait_event(res, "conf", "DriftCorrected", "Deployment/conf /spec/replicas")
+        res.wait_event("conf", "DriftCorrected", "Deployment/conf /spec/replicas")
         eventually(lambda: res.get("deployment", "conf")["spec"]["replicas"] == 2, what="corrected")
         live = json.loads(
             cluster.kubectl(
@@ -347,7 +338,7 @@ def test_watches_are_label_filtered_and_released(
         )
         # Touch the sample so we know events after the noise have been processed.
         edit_data(dres, f"{name}-config", "version", "x")
-        wait_event(dres, name, "DriftCorrected", "/data/version")
+        dres.wait_event(name, "DriftCorrected", "/data/version")
 
         def labelled(resource: str) -> int:
             out = cluster.kubectl("get", resource, "-A", "-l", "helm-operator.io/owner", "-o", "name").stdout
@@ -415,12 +406,12 @@ def test_fields_of_a_trusted_field_manager_are_left_alone(
 
     scale("trusted-scaler", 4)
     edit_data(dres, "trust-config", "message", "probe")  # a correction we can wait for: the watch is live
-    wait_event(dres, "trust", "DriftCorrected", "ConfigMap/trust-config /data/message")
+    dres.wait_event("trust", "DriftCorrected", "ConfigMap/trust-config /data/message")
     assert dres.get("deployment", "trust")["spec"]["replicas"] == 4
     assert not [e for e in dres.events("trust") if "/spec/replicas" in e["message"]]
 
     scale("someone-else", 6)  # now another manager owns the field: that is drift
-    wait_event(dres, "trust", "DriftCorrected", "Deployment/trust /spec/replicas")
+    dres.wait_event("trust", "DriftCorrected", "Deployment/trust /spec/replicas")
     eventually(lambda: dres.get("deployment", "trust")["spec"]["replicas"] == 2, what="replicas restored")
 
 
@@ -453,9 +444,9 @@ def test_an_upgrade_that_meets_a_hand_edit_takes_the_field_back_and_goes_on(
         cr["spec"]["message"] = "b"
         dres.apply(cr)
     dres.wait_condition(TINY, "handed", "Ready")
-    wait_event(dres, "handed", "UpgradeSucceeded", "upgraded to revision 3")
+    dres.wait_event("handed", "UpgradeSucceeded", "upgraded to revision 3")
     assert dres.get("configmap", "handed-config")["data"]["message"] == "b"
-    wait_event(dres, "handed", "DriftCorrected", "ConfigMap/handed-config .data.message")
+    dres.wait_event("handed", "DriftCorrected", "ConfigMap/handed-config .data.message")
     drifted = dres.condition(TINY, "handed", "Drifted")
     assert drifted["reason"] == "DriftCorrected" and ".data.message" in drifted["message"], drifted
     assert history(helm4, "handed", dres.ns) == ["superseded", "failed", "deployed"]
@@ -476,7 +467,7 @@ def test_an_edit_put_back_by_hand_still_owns_its_field_and_is_taken_all_the_same
         cr["spec"]["message"] = "b"
         dres.apply(cr)
     dres.wait_condition(TINY, "undone", "Ready")
-    wait_event(dres, "undone", "UpgradeSucceeded", "upgraded to revision 3")
+    dres.wait_event("undone", "UpgradeSucceeded", "upgraded to revision 3")
     assert dres.get("configmap", "undone-config")["data"]["message"] == "b"
     assert history(helm4, "undone", dres.ns) == ["superseded", "failed", "deployed"]
 
@@ -528,7 +519,7 @@ def test_an_upgrade_that_meets_a_trusted_managers_field_stalls_naming_it(
     stalled = dres.wait_condition(TINY, "scaled", "Stalled")
     assert stalled["reason"] == "FieldConflict", stalled
     assert "trusted-scaler" in stalled["message"] and ".spec.replicas" in stalled["message"], stalled
-    assert any(e["reason"] == "FieldConflict" and e["type"] == "Warning" for e in dres.events("scaled"))
+    assert dres.wait_event("scaled", "FieldConflict")["type"] == "Warning"
     time.sleep(6)  # the operator retries after 1 s, then 2 s, 4 s: a retried conflict would show
     assert history(helm4, "scaled", dres.ns) == ["deployed", "failed"]
     assert dres.get("deployment", "scaled")["spec"]["replicas"] == 4

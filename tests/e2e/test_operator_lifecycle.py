@@ -99,7 +99,7 @@ def lifecycle(
     assert res.get("configmap", "web-config")["data"] == {"message": "one"}
     status = res.get(KIND, "web")["status"]
     assert status["release"]["revision"] == 1 and status["release"]["chart"] == "tiny"
-    assert any(e["reason"] == "InstallSucceeded" for e in res.events("web"))
+    res.wait_event("web", "InstallSucceeded")
 
     calls = len(op.helm_calls())
     res.apply(tiny("web", message="two", replicas=2))
@@ -175,7 +175,7 @@ def test_schema_violation_stalls_without_helm_and_spares_others(
     assert "spec.replicas: 'three' is not of type 'integer'" in stalled["message"]
     assert "spec.nodeSelector.zone: 1 is not of type 'string'" in stalled["message"]
     assert res.condition(KIND, "bad", "Ready")["status"] == "False"
-    assert any(e["reason"] == "InvalidValues" and "spec.replicas" in e["message"] for e in res.events("bad"))
+    res.wait_event("bad", "InvalidValues", "spec.replicas")
     res.wait_condition(KIND, "good", "Ready")
     assert not [c for c in operator.helm_calls()[calls:] if c.startswith("upgrade bad ")]
 
@@ -189,7 +189,7 @@ def test_render_failure_stalls_with_helms_error(operator: OperatorProcess, res: 
     stalled = res.wait_condition(KIND, "broken", "Stalled")
     assert stalled["reason"] == "RenderFailed"
     assert "the chart refuses these values" in stalled["message"]
-    assert any(e["reason"] == "RenderFailed" for e in res.events("broken"))
+    res.wait_event("broken", "RenderFailed")
     # Deterministic failure: the resync (every 15s) does not run helm again for the same values
     # (it ran once, or again if a call failed another way first: then it stalled for good).
     tries, said, stalled_at, reads = (
@@ -257,7 +257,7 @@ def test_failed_upgrade_rolls_back_and_history_stays_bounded(
     assert len(history(helm4, "flaky", res.ns)) <= 3
     attempts = len(upgrades(operator, "flaky", res.ns)) - installed
     assert attempts == 5  # max-retries upgrades of the bad spec, each failure counted, then none
-    assert any(e["reason"] == "RolledBack" for e in res.events("flaky"))
+    res.wait_event("flaky", "RolledBack")
 
 
 def start_held_upgrade(res: Resources, helm: Helm, name: str) -> str:

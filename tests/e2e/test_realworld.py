@@ -121,7 +121,7 @@ def test_public_style_chart_shows_no_false_drift(
     eventually(
         lambda: (res.get("configmap", cm) or {}).get("data", {}).get("logLevel") == "debug", 60, "correction"
     )
-    assert any("ConfigMap/ksm-realworld /data/logLevel" in e for e in drift_events(res, "ksm"))
+    res.wait_event("ksm", "DriftCorrected", "ConfigMap/ksm-realworld /data/logLevel")
 
 
 def test_objects_recreated_by_drift_correction_do_not_leak(
@@ -160,7 +160,7 @@ def test_tenant_cannot_leave_its_namespace(
     stalled = res.wait_condition(TENANT, "escape", "Stalled", timeout=60)
     assert stalled["reason"] == "NamespaceViolation"
     assert "Deployment/escape-realworld targets namespace 'kube-system'" in stalled["message"]
-    assert any(e["reason"] == "NamespaceViolation" for e in res.events("escape"))
+    res.wait_event("escape", "NamespaceViolation")
     found = cluster.kubectl(
         "get",
         "all,configmaps,secrets,serviceaccounts,jobs",

@@ -174,7 +174,7 @@ def test_a_fleet_rolls_out_wave_by_wave_halts_on_a_broken_wave_and_rolls_it_back
         # What each resource says: the rolled back one and one of the rest that still waits.
         back = res.wait_condition(TINY, went[0], "Ready", timeout=60)
         assert back["reason"] == "RolloutRolledBack", back
-        assert any(e["reason"] == "RolloutRolledBack" for e in res.events(went[0]))
+        res.wait_event(went[0], "RolloutRolledBack")
         rest = (res.get(TINY, "rest-0") or {})["status"]
         assert rest["rollout"]["state"] == "Waiting" and rest["rollout"]["rollout"] == status["rollout"], rest
         ready = next(c for c in rest["conditions"] if c["type"] == "Ready")
@@ -384,7 +384,7 @@ def test_a_wave_gated_on_helm_test_halts_when_the_chart_s_tests_fail_and_goes_on
             what="every release on 0.1.0",
         )
         some = sorted(first)[0]
-        assert any(e["reason"] == "TestFailed" for e in res.events(some)), res.events(some)
+        res.wait_event(some, "TestFailed")
         op.stop()
 
         tests_before = sum(c.startswith("test gate-") for c in op.helm_calls())
@@ -397,7 +397,7 @@ def test_a_wave_gated_on_helm_test_halts_when_the_chart_s_tests_fail_and_goes_on
         )
         assert set(charts(helm4, ns).values()) == {"tiny-0.3.0"}, charts(helm4, ns)
         for n in names:  # the TEST action, chosen because the new revision had not passed its tests
-            assert any(e["reason"] == "TestSucceeded" for e in res.events(n)), res.events(n)
+            res.wait_event(n, "TestSucceeded")
         resynced = op.resyncs()  # a resync of a tested release tests nothing again
         eventually(lambda: op.resyncs() >= resynced + len(names), timeout=within(60), what="a resync of each")
         tests = [c for c in op.helm_calls() if c.startswith("test gate-")]

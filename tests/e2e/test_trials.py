@@ -212,7 +212,7 @@ def test_a_tenant_chart_crds_are_neither_created_nor_a_way_around_the_tenant_rul
     time.sleep(4)  # a resync later: still refused, and Helm never ran for it
     assert res.cluster.kubectl("get", "crd", gadgets, check=False).returncode != 0
     assert helm_calls_for(trials.op, "ctl", res.ns) == []
-    assert any(e["reason"] == "ClusterScopedNotAllowed" for e in res.events("ctl"))
+    res.wait_event("ctl", "ClusterScopedNotAllowed")
 
     # A watch that allows cluster-scoped objects has Helm create the chart's CRDs...
     admin = trials.namespace("crds-admin")

@@ -108,7 +108,7 @@ def test_a_change_outside_the_window_waits_for_it_drift_is_corrected_meanwhile_a
     # The next opening, read in the window's zone: exactly the one placed.
     assert maintenance(res, "win")["nextWindow"] == stamp(far_opens), (maintenance(res, "win"), far)
     assert stamp(far_opens) in pending["message"] and WINDOW_OVERRIDE_ANNOTATION in pending["message"]
-    assert any(e["reason"] == "UpgradePending" for e in res.events("win"))
+    res.wait_event("win", "UpgradePending")
     assert revision(helm4, res.ns, "win") == 1 and replicas(res, "win") == 1
 
     # Drift correction goes on while the change waits: a hand-made scale is put back to the running release's.
@@ -185,7 +185,7 @@ def test_an_unreadable_window_is_a_precise_stall_and_nothing_is_installed(
     assert (
         WINDOWS_ANNOTATION in stalled["message"] and "'61 * * * *' is not a valid cron" in stalled["message"]
     )
-    assert any(e["reason"] == "InvalidMaintenanceWindow" for e in res.events("badwin"))
+    res.wait_event("badwin", "InvalidMaintenanceWindow")
     assert "badwin" not in releases(helm4, res.ns)
     # Fixed: installed at once (an install never waits for a window).
     res.cluster.kubectl(
