@@ -181,6 +181,7 @@ def forget(
     drift.forget(watch, namespace, name)
     resyncs.forget(resource_key(watch, namespace, name))
     rt.settled.pop(key, None)
+    rt.unheard.pop(key, None)
     rt.dependents.forget(Ref(watch.api_version, watch.kind, namespace, name))
     if rt.day2 is not None:
         rt.day2.forget(watch, namespace, name)

@@ -20,7 +20,7 @@ from helm_operator.config import versions
 from helm_operator.config.charts import ChartInfo, ChartRef
 from helm_operator.config.versions import PinError
 from helm_operator.core.conditions import Contribution, Owner, status_patch_of
-from helm_operator.core.naming import CHART_VERSION_ANNOTATION
+from helm_operator.core.naming import ACTION_ANNOTATION, CHART_VERSION_ANNOTATION
 from helm_operator.core.values import user_values
 from helm_operator.core.vocabulary import ConditionType, Event, EventType, Reason
 from helm_operator.drift.check import DriftReport
@@ -281,6 +281,8 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
             day2 = cr.status.get("day2")
             rt.day2.health.seed(cr.ident.owner, day2)
             said.append(rt.day2.health.contribution(cr.ident.owner, day2))  # every contributor at once
+        else:
+            events += unheard_action(rt.unheard, cr)
         # The comparison a release in sync had (and its correction), or the fields an action took back.
         report = result.drift
         if outcome.phase == "ready":
@@ -310,6 +312,23 @@ async def turn(rt: Runtime, cr: Resource, track: Callable[[], None]) -> Turn:
         if result.settled is not None and (report is None or not report.drifts):
             rt.settled[cr.ident.key] = dataclasses.replace(result.settled, status=status_digest(as_written))
     return Turn(result, as_written)
+
+
+def unheard_action(told: dict[str, str], cr: Resource) -> list[Event]:
+    """A Warning, once per request, for an action asked of a kind no hooks module serves: no one
+    would run it, and the annotation alone would look accepted. ``told``: the request each
+    resource was last told about."""
+    request = cr.annotations.get(ACTION_ANNOTATION) or ""
+    if told.get(cr.ident.key, "") == request:
+        return []
+    told[cr.ident.key] = request
+    if not request:
+        return []
+    message = (
+        f"{ACTION_ANNOTATION}: {request!r} asks for a day-2 action, but {cr.watch.kind} has no day-2 "
+        "hooks (its watch in watches.yaml names no hooks module): nothing runs it; remove the annotation"
+    )
+    return [Event.warning(Reason.UNKNOWN_ACTION, message)]
 
 
 async def _together(writes: list[Coroutine[Any, Any, Any]]) -> None:

@@ -56,6 +56,8 @@ class Runtime:
     # release key -> what the last reconcile found in sync (for resyncs decided from memory)
     settled: dict[str, Settled] = field(default_factory=dict)
     dependents: Dependents = field(default_factory=Dependents)  # who depends on whom (uninstall order)
+    # release key -> the action request last warned about (a kind without day-2 hooks runs none)
+    unheard: dict[str, str] = field(default_factory=dict)
     # resource keys whose delete handler runs now (the sweep of terminating namespaces leaves them)
     deleting: set[str] = field(default_factory=set)
     _charts: dict[str, tuple[float, float, ChartInfo]] = field(default_factory=dict)

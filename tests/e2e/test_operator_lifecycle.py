@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import tempfile
 import time
@@ -210,6 +211,26 @@ def test_render_failure_stalls_with_helms_error(operator: OperatorProcess, res: 
     assert stalled["reason"] == "RenderFailed" and "the chart refuses these values" in stalled["message"]
     assert warnings(res, "broken", "RenderFailed") == said
     assert warnings(res, "broken", "RetriesExhausted") == 0
+
+
+def test_an_action_asked_of_a_kind_without_hooks_is_warned_about_once(
+    operator: OperatorProcess, res: Resources
+) -> None:
+    """No hooks module serves Tiny: an action request would otherwise sit there looking accepted."""
+    res.apply(tiny("plain"))
+    res.wait_condition(KIND, "plain", "Ready")
+    res.cluster.kubectl("annotate", KIND, "plain", "-n", res.ns, "helm-operator.io/action=backup-now")
+    said = res.wait_event("plain", "UnknownAction", "'backup-now'")
+    assert said["type"] == "Warning" and "Tiny has no day-2 hooks" in said["message"], said
+
+    def updates() -> int:
+        return len(re.findall(rf"\[Tiny {res.ns}/plain\] Handler '[^']*/update' succeeded", operator.log()))
+
+    handled = updates()
+    res.cluster.kubectl("label", KIND, "plain", "-n", res.ns, "touched=yes")  # another turn of it
+    eventually(lambda: updates() > handled, timeout=30, what="the label change handled")
+    assert warnings(res, "plain", "UnknownAction") == 1
+    assert res.condition(KIND, "plain", "Ready")["status"] == "True"
 
 
 def test_an_unknown_field_in_the_chart_fails_the_install(operator: OperatorProcess, res: Resources) -> None:

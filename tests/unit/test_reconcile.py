@@ -15,12 +15,12 @@ from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.storage import decode_release, encode_release
 from helm_operator.config.charts import ChartRef
 from helm_operator.config.watches import Watch
-from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL
+from helm_operator.core.naming import ACTION_ANNOTATION, DIGEST_LABEL, OWNER_LABEL
 from helm_operator.release.identity import identify
 from helm_operator.release.record import ObjectId
 from helm_operator.release.state import RetryPolicy
 from helm_operator.runtime.desired import Resource
-from helm_operator.runtime.reconcile import reconcile
+from helm_operator.runtime.reconcile import reconcile, unheard_action
 from helm_operator.runtime.resyncs import kept
 from helm_operator.runtime.services import Runtime
 from helm_operator.runtime.settled import status_digest, unchanged
@@ -451,3 +451,26 @@ def test_a_rollback_goes_to_the_last_deployed_revision_never_to_a_failed_one() -
 
 async def _refused(*a: Any, **kw: Any) -> None:
     raise HelmError("HelmFailed", "rollback refused")
+
+
+def test_an_action_asked_of_a_kind_without_hooks_is_warned_about_once_per_request() -> None:
+    """No hooks module serves the kind: nothing would run the action, so the request gets one
+    Warning (not one per resync), a new request another, and one made again after its removal too."""
+    told: dict[str, str] = {}
+
+    def asked(request: str | None) -> list[str]:
+        annotations = {ACTION_ANNOTATION: request} if request is not None else {}
+        return [
+            f"{e.reason}: {e.message}"
+            for e in unheard_action(told, Resource(WATCH, "ns", "t", "u", 1, {}, {}, annotations))
+        ]
+
+    first = asked("backup-now")
+    assert len(first) == 1 and first[0].startswith("UnknownAction: helm-operator.io/action: 'backup-now'"), (
+        first
+    )
+    assert "Tiny has no day-2 hooks" in first[0] and "remove the annotation" in first[0], first
+    assert asked("backup-now") == []  # a resync, or another change of the resource
+    assert len(asked("switchover=t-1")) == 1
+    assert asked(None) == [] and told == {identify(WATCH, "ns", "t").key: ""}
+    assert len(asked("switchover=t-1")) == 1  # asked again after it was removed

@@ -245,7 +245,7 @@ def test_a_deletion_the_sweep_finishes_lets_the_release_go_from_a_ring_shards_na
     ready = RELEASES.labels(watch=WATCH.key, state="ready")
     assert ready._value.get() == 1
     runtime: Any = SimpleNamespace(
-        kube=Kube(), releases=releases, settled={}, dependents=Dependents(), day2=None
+        kube=Kube(), releases=releases, settled={}, unheard={}, dependents=Dependents(), day2=None
     )
     unchecked: list[str] = []
     drift: Any = SimpleNamespace(forget=lambda watch, ns, name: unchecked.append(name))
