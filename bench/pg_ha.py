@@ -8,7 +8,8 @@ A 3-instance PostgreSQLCluster (PostgreSQL 15, ``failoverDelay: 5s``) on the rea
 
 Each trial makes one event happen to the primary, then waits until writes go through the Service
 again and every standby streams from the primary:
-- ``kill``: kill -9 of the primary's postmaster (its container restarts: fenced, then confirmed);
+- ``kill``: kill -9 of the primary's postmaster (it starts again fenced, then is confirmed or
+  replaced; the trial checks that the postmaster it killed is gone);
 - ``sigstop``: SIGSTOP of the primary's postmaster (it accepts no connection, its sessions live on);
 - ``delete``: the primary's Pod deleted;
 - ``switchover``: ``helm-operator.io/action: switchover=<standby>``.
@@ -16,7 +17,8 @@ again and every standby streams from the primary:
 Per trial: write-unavailability through the Service, acknowledged writes lost through the Service
 and on the Pod IP (acknowledged, not in the table on the primary afterwards), samples in which two
 instances answered writable at once, the time until full redundancy (every standby streaming
-again), and the old primary's container restarts (a rejoin by crash loop restarts it).
+again), and the old primary's container restarts (a rejoin by crash loop restarts it). A trial
+that does not recover keeps every member's log under ``.work/bench/pg-ha/<kind>-<n>/``.
 
     python -m bench.pg_ha [--trials 5] [--kinds kill,sigstop,delete,switchover] [--mode async|sync]
                           [--wait 240] [--label after]
@@ -68,6 +70,7 @@ class Trial:
     dual_writable: int
     redundant: float | None  # seconds from the event until every standby streams again
     restarts: int  # the old primary's container restarts during the trial
+    note: str = ""  # why a trial did not recover, where its members' logs are
 
 
 def _restarts(res: Resources, pod: str) -> int:
@@ -102,6 +105,28 @@ def _signal_postmaster(res: Resources, pod: str, signal: str) -> None:
     task = container.rpartition("://")[2]
     ctr = ["ctr", "--address", str(node.paths.socket), "-n", "k8s.io", "tasks", "kill", "--signal", signal]
     subprocess.run([*ctr, task], check=True, capture_output=True, timeout=30)
+
+
+def _postmaster(res: Resources, pod: str) -> str:
+    """The member's postmaster as ``postmaster.pid`` names it (its pid and start time), or "" when
+    the member does not answer: a kill landed once this changes."""
+    out = res.cluster.kubectl("exec", "-n", res.ns, pod, "-c", "postgres", "--", "bash", "-c",
+                              'sed -n "1p;3p" "$PGDATA/postmaster.pid"', check=False)  # fmt: skip
+    return " ".join(out.stdout.split()) if out.returncode == 0 else ""
+
+
+def _keep_logs(res: Resources, kind: str, number: int) -> str:
+    """Every member's log (and its previous container's), kept for a trial that did not recover."""
+    where = REPO / ".work/bench/pg-ha" / f"{kind}-{number}"
+    where.mkdir(parents=True, exist_ok=True)
+    for pod in MEMBERS:
+        for previous in (False, True):
+            flags = ["--previous"] if previous else []
+            out = res.cluster.kubectl("logs", "--timestamps", "-n", res.ns, pod, "-c", "postgres", *flags,
+                                      check=False)  # fmt: skip
+            if out.returncode == 0:
+                (where / f"{pod}{'-previous' if previous else ''}.log").write_text(out.stdout)
+    return str(where.relative_to(REPO))
 
 
 def _cause(res: Resources, kind: str, old: str) -> None:
@@ -152,8 +177,16 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
     eventually(lambda: _streaming(res, old) == 2, timeout=300, what="both standbys streaming")
     direct = _direct(res, old, number)
     restarts = _restarts(res, old)
+    postmaster = _postmaster(res, old)
     began = time.time()
     _cause(res, kind, old)
+    note = ""
+    if kind == "kill":
+        try:
+            eventually(lambda: _postmaster(res, old) != postmaster, timeout=30, interval=0.2,
+                       what=f"kill {number}: the postmaster {postmaster} of {old} gone")  # fmt: skip
+        except AssertionError:
+            note = f"the kill did not land: postmaster {postmaster} of {old} still runs"
 
     def settled() -> str | None:
         """The primary once the event is over: another one on record, or after a kill the same
@@ -166,6 +199,8 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
     new: str | None = None
     redundant: float | None = None
     try:
+        if note:
+            raise AssertionError(note)
         new = eventually(settled, timeout=wait, interval=0.5, what=f"{kind} {number}: a primary")
         seen = time.time()
         eventually(lambda: written_again(_log(res, "writer"), began, seen), timeout=wait,
@@ -174,7 +209,8 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
                    what=f"{kind} {number}: both standbys streaming")  # fmt: skip
         redundant = time.time() - began
     except AssertionError as exc:
-        print(f"  {kind} {number}: not recovered: {exc}", flush=True)
+        note = f"{note or exc}; logs in {_keep_logs(res, kind, number)}"
+        print(f"  {kind} {number}: not recovered: {note}", flush=True)
         _recover(res, old)
     time.sleep(2)
     ended = time.time()
@@ -196,6 +232,7 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
         len(two_writable(samples)),
         redundant,
         _restarts(res, old) - restarts if kind != "delete" else 0,
+        note,
     )
     print(f"  {json.dumps(out.__dict__)}", flush=True)
     return out

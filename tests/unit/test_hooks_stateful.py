@@ -117,6 +117,22 @@ def test_a_restarted_primary_answering_fenced_is_confirmed_before_it_is_ready_no
     assert (down.promote, down.confirmed) == ("db-0", True)
 
 
+def test_a_primary_whose_server_started_again_in_place_is_confirmed_like_a_restarted_container() -> None:
+    """Its container did not restart (the same incarnation): the chart's word that its server
+    started again under the word it still has is what marks it, with the same rules after."""
+    fenced = replace(member("db-0", ready=False, primary=True, since=3), incarnation="u0/0", started=True)
+    waiting = elect([fenced, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (waiting.promote, waiting.confirmed, waiting.wait) == (None, False, pytest.approx(27))
+    again = replace(fenced, restarted=True)
+    e = elect([again, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (e.primary, e.promote, e.confirmed, e.incarnation) == ("db-0", "db-0", True, "u0/0")
+    late = replace(again, since=NOW - dt.timedelta(seconds=31))
+    replaced = elect([late, member("db-1")], "db-0", 30, NOW, confirmed="u0/0")
+    assert (replaced.promote, replaced.failover, replaced.confirmed) == ("db-1", True, False)
+    replica = replace(again, primary=False)  # demoted meanwhile: never confirmed
+    assert not elect([replica, member("db-1")], "db-0", 30, NOW, confirmed="u0/0").confirmed
+
+
 def test_a_primary_whose_pod_is_being_deleted_is_replaced_at_once() -> None:
     going = replace(member("db-0", ready=False, primary=True, since=0), deleting=True)
     e = elect([going, member("db-1")], "db-0", 30, NOW)
@@ -306,6 +322,46 @@ def test_a_restarted_primary_is_confirmed_with_the_next_number_and_told_at_once(
     assert [e[1] for e in again.events] == ["PrimaryConfirmed"], again.events
     assert "db-0 started again" in again.events[0][2]
     assert h.kube.commands[-1][2][-3:] == ("primary", "2", "/run/role/role")
+
+
+@pytest.mark.parametrize(
+    ("serving", "confirmed", "look_within"),
+    [
+        ("2", True, None),  # started again under its word 2: fenced, waiting: confirmed with 3
+        ("1", False, 5),  # the server promoted by word 2 still runs, not Ready (hung): the delay runs
+        ("stopped", False, 1),  # about to start again: looked at again within a second
+    ],
+)
+def test_a_primary_whose_server_started_again_in_place_is_confirmed_by_its_word(
+    serving: str, confirmed: bool, look_within: float | None
+) -> None:
+    """The chart starts a primary's stopped server again in place, fenced (its container keeps
+    running, so its restarts do not change): the hook asks its serving file which word the running
+    server started with, and confirms it only when that is the word it still has."""
+    hooks = load("hooks/postgresqlcluster.py", ROOT)
+    h = Harness(hooks, PG, objects=[pod("db-0"), pod("db-1")])
+    h.kube.on_exec = lambda _pod, argv: serving if argv[0] == "cat" else ""
+    first = asyncio.run(h.run("watch", name="elect_primary"))  # elected with word 1
+    assert first.ok and first.day2["primaryIncarnation"] == "/0"
+    db0 = h.kube.objects[("v1", "Pod", "prod", "db-0")]
+    db0["metadata"]["labels"][f"{ROLE}-generation"] = "2"  # as confirmed once before
+    h.kube.objects[("v1", "Pod", "prod", "db-0")] = db0 = {
+        **pod("db-0", ready=False, role="primary", since=dt.datetime.now(UTC)),
+        "metadata": db0["metadata"],
+    }
+    db0["status"]["containerStatuses"][0]["started"] = True  # running since before: it answers
+    out = asyncio.run(h.run("watch", name="elect_primary"))
+    labels = h.kube.objects[("v1", "Pod", "prod", "db-0")]["metadata"]["labels"]
+    assert ("db-0", "postgres", ("cat", "/run/role/serving")) in h.kube.commands
+    if confirmed:
+        assert out.result.reason == "HookRetrying", out.result  # Ready once writable, or a failover
+        assert labels[ROLE] == "primary" and labels[f"{ROLE}-generation"] == "3", labels
+        assert [e[1] for e in out.events] == ["PrimaryUnready", "PrimaryConfirmed"], out.events
+        assert out.day2["primaryIncarnation"] == "/0" and out.day2["currentPrimary"] == "db-0"
+        assert h.kube.commands[-1][2][-3:] == ("primary", "3", "/run/role/role")
+    else:
+        assert labels[f"{ROLE}-generation"] == "2" and "PrimaryConfirmed" not in [e[1] for e in out.events]
+        assert out.result.reason == "HookRetrying" and 0 < (out.result.retry_after or 0) <= look_within
 
 
 def stops_when_demoted(h: Harness) -> None:

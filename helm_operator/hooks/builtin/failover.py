@@ -110,20 +110,51 @@ async def _relabel(ctx: Context, pod: str, label: str, role: str, tell: RoleFile
     return number
 
 
-async def _restarted_in_place(ctx: Context, pod: str, tell: RoleFile | None, number: int) -> bool:
-    """Whether the member says its server ended, or started again under the word numbered
-    ``number`` or a later one (a standby then: the chart fences every start); False when it
-    cannot say (no such file, no answer)."""
+async def _serving(ctx: Context, pod: str, tell: RoleFile | None) -> str | None:
+    """What the member's ``serving`` file says: the word its running server started with, or
+    ``stopped``; None when it cannot say (no such file, no answer)."""
     if tell is None or tell.serving is None:
-        return False
+        return None
     try:
         said = await asyncio.wait_for(
             ctx.kube.exec(pod, str(ctx.namespace), ["cat", tell.serving], tell.container), TELL_WITHIN
         )
     except (ExecFailed, TimeoutError):
-        return False
-    word = said.strip()
+        return None
+    return said.strip()
+
+
+async def _restarted_in_place(ctx: Context, pod: str, tell: RoleFile | None, number: int) -> bool:
+    """Whether the member says its server ended, or started again under the word numbered
+    ``number`` or a later one (a standby then: the chart fences every start); False when it
+    cannot say."""
+    word = await _serving(ctx, pod, tell) or ""
     return word == "stopped" or (word.isdigit() and int(word) >= number)
+
+
+async def _started_again_in_place(
+    ctx: Context,
+    pods: Sequence[Mapping[str, Any]],
+    found: list[Member],
+    current: str | None,
+    confirmed: str | None,
+    label: str,
+    tell: RoleFile,
+) -> tuple[list[Member], bool]:
+    """The members, the primary on record marked ``restarted`` when, not Ready in the incarnation
+    last confirmed, its server says it started again in place under the word it is labelled with
+    (fenced: its container did not restart, so only its word tells); and whether that server is
+    stopped right now, about to start again (look again soon, not when the delay ends)."""
+    me = next((m for m in found if m.name == current), None)
+    if me is None or not me.primary or me.ready or not me.answering or me.incarnation != confirmed:
+        return found, False
+    word = await _serving(ctx, me.name, tell) or ""
+    if word == "stopped":
+        return found, True
+    pod = next(p for p in pods if p["metadata"]["name"] == me.name)
+    if not (word.isdigit() and int(word) >= generation(pod, label)):
+        return found, False  # the server that was promoted runs (hung, or slow to answer)
+    return [replace(m, restarted=True) if m is me else m for m in found], False
 
 
 def _incarnation(pod: Mapping[str, Any] | None) -> tuple[str, int, bool] | None:
@@ -249,14 +280,19 @@ async def keep_primary(
     member, promote a Ready member once the primary has not been Ready for ``delay`` seconds);
     while a grace period runs, look again when it is over. ``fence`` and ``tell``: as in
     :func:`apply`; with ``tell`` (numbered roles), a primary that started again is confirmed with
-    the next number (see :mod:`~helm_operator.hooks.builtin.primary`). ``rank``: how far each
+    the next number (see :mod:`~helm_operator.hooks.builtin.primary`): in a new container, or,
+    by ``tell``'s ``serving`` word, its server in place. ``rank``: how far each
     candidate has received the primary's log, asked only when a failover is due; the most
     advanced is promoted (else the lowest ordinal)."""
-    found = members([p for p in ctx.objects if members_of(p)], label)
+    pods = [p for p in ctx.objects if members_of(p)]
+    found = members(pods, label)
     current = ctx.day2.get(CURRENT)
     now = dt.datetime.now(dt.UTC)
     since = parse_time(ctx.day2.get(UNREADY_SINCE))
     confirmed = ctx.day2.get(CONFIRMED) if tell is not None else None
+    restarting = False
+    if tell is not None and tell.serving is not None:
+        found, restarting = await _started_again_in_place(ctx, pods, found, current, confirmed, label, tell)
     election = elect(found, current, delay, now, since, confirmed)
     if election.failover and rank is not None:
         positions = await rank(candidates(found, current))
@@ -266,7 +302,7 @@ async def keep_primary(
             election = replace(election, reason=f"{election.reason}; received log: {at}")
     await apply(ctx, election, label, fence=fence, tell=tell)
     if election.wait is not None:
-        raise TemporaryError(election.reason, delay=election.wait)
+        raise TemporaryError(election.reason, delay=min(election.wait, 1.0) if restarting else election.wait)
 
 
 async def switchover(

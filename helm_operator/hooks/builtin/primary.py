@@ -7,14 +7,15 @@ members' positions; otherwise the one with the lowest ordinal). The old primary 
 *before* the new one is promoted, so no observer ever sees two primaries; a demoted member that
 comes back stays a replica.
 
-A member that starts again (its container restarted, or a new Pod) holds no authority from before:
-a chart that fences at start runs it read-only until the operator's word is newer than the one it
-started with. Each confirmed primary's *incarnation* (the Pod's uid and its containers' restarts)
-is on record; a primary seen Ready in another incarnation is confirmed again (relabelled with the
-next generation) once it has started (it answers, fenced; a chart whose Ready needs writes is not
-Ready before that) and before the failover delay has passed, or later while no other member could
-take over — only while it still is the primary on record, so a member that was replaced meanwhile
-never takes writes it would lose to the one promoted in its place.
+A member that starts again (its server in place, its container restarted, or a new Pod) holds no
+authority from before: a chart that fences at start runs it read-only until the operator's word is
+newer than the one it started with. Each confirmed primary's *incarnation* (the Pod's uid and its
+containers' restarts) is on record; a primary seen in another incarnation, or whose server says it
+started again in place under the word it still has (``restarted``), is confirmed again (relabelled
+with the next generation) once it has started (it answers, fenced; a chart whose Ready needs writes
+is not Ready before that) and before the failover delay has passed, or later while no other member
+could take over — only while it still is the primary on record, so a member that was replaced
+meanwhile never takes writes it would lose to the one promoted in its place.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Member:
     deleting: bool = False
     incarnation: str = ""  # "<uid>/<restarts>": one run of the Pod's containers
     started: bool = False  # every container runs and has started (its startup probe passed)
+    # Its server started again in place under the word it still has (the chart's word, read apart):
+    # a primary fenced, waiting for a newer word, its container not restarted.
+    restarted: bool = False
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], label: str, primary: str = "primary") -> Member:
@@ -145,7 +149,12 @@ def elect(
         current = labelled[0].name
     me = next((m for m in members if m.name == current), None)
     unready = _unready_for(me, unready_since, now)
-    again = me is not None and me.primary and confirmed is not None and me.incarnation != confirmed
+    again = (
+        me is not None
+        and me.primary
+        and confirmed is not None
+        and (me.incarnation != confirmed or me.restarted)
+    )
     # Within the delay; after it too when no standby could take over (one instance, or none Ready):
     # it is still the primary on record, with the newest data, and otherwise nothing would serve.
     in_time = unready[1] < delay or _candidate(members, current) is None
