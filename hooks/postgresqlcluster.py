@@ -12,11 +12,11 @@ has received the most of its log is promoted (the chart's instances watch their 
 ``pg_ctl promote``); with ``replication.mode: sync`` a commit waits for a standby, so that standby
 has every acknowledged write. An instance that starts again is read-only until told a newer word:
 a primary whose server stopped unasked starts again in place (its container does not restart, so
-no kubelet back-off) and, like one whose container restarted, is confirmed once its server answers
-(it is Ready only once writable), or replaced if the delay passes first (``failover.keep_primary``
-with a ``RoleFile`` whose ``serving`` word tells a restarted server from the promoted one). A
-demoted primary, or a standby off the new primary's timeline, starts again in place as a standby
-(rewound with ``pg_rewind``).
+no kubelet back-off) and, like one whose container restarted, is confirmed once it has started
+again (it is Ready only once writable), or replaced if the delay passes first
+(``failover.keep_primary`` with a ``RoleFile`` whose ``serving`` word tells a restarted server
+from the promoted one). A demoted primary, or a standby off the new primary's timeline, starts
+again in place as a standby (rewound with ``pg_rewind``).
 
 Spec fields used: ``backup.schedule`` (5-field cron), ``backup.retention`` (30d, 12h, 4w),
 ``backup.maxBackups``, ``backup.storage`` (size of the backup volume, default 1Gi),

@@ -133,6 +133,20 @@ def test_a_primary_whose_server_started_again_in_place_is_confirmed_like_a_resta
     assert not elect([replica, member("db-1")], "db-0", 30, NOW, confirmed="u0/0").confirmed
 
 
+def test_a_new_primary_is_timed_from_when_it_got_the_role_not_from_its_last_change_as_a_standby() -> None:
+    """Promoted from a stale view (its Ready condition had just changed) and slow to promote: its
+    unready time counts from its promotion, or it would be replaced before it could finish."""
+    members = [member("db-0", ready=False, since=30), member("db-1", ready=False, primary=True, since=8)]
+    members.append(member("db-2"))
+    promoted = NOW - dt.timedelta(seconds=2)
+    e = elect(members, "db-1", 5, NOW, given=promoted)
+    assert (e.promote, e.failover, e.wait) == (None, False, pytest.approx(3)), e
+    assert e.unready_since == promoted
+    assert elect(members, "db-1", 5, NOW).failover  # without the record: 8 s counted, replaced
+    late = elect(members, "db-1", 5, NOW + dt.timedelta(seconds=4), given=promoted)
+    assert (late.promote, late.failover) == ("db-2", True)  # still not Ready 5 s after its promotion
+
+
 def test_a_primary_whose_pod_is_being_deleted_is_replaced_at_once() -> None:
     going = replace(member("db-0", ready=False, primary=True, since=0), deleting=True)
     e = elect([going, member("db-1")], "db-0", 30, NOW)
@@ -243,6 +257,7 @@ def test_failover_hook_labels_the_first_primary_then_promotes_after_the_delay() 
     first = asyncio.run(h.run("watch", name="elect_primary"))
     assert first.ok and roles(h) == {"db-0": "primary", "db-1": "replica", "db-2": "replica"}
     assert first.day2["currentPrimary"] == "db-0" and first.events[0][1] == "PrimaryElected"
+    h.resource["status"]["day2"]["primarySince"] = "2026-01-01T00:00:00Z"  # it has held the role a while
     now = dt.datetime.now(UTC)
     h.kube.objects[("v1", "Pod", "prod", "db-0")] = pod("db-0", ready=False, role="primary", since=now)
     waiting = asyncio.run(h.run("watch", name="elect_primary"))
@@ -254,6 +269,8 @@ def test_failover_hook_labels_the_first_primary_then_promotes_after_the_delay() 
     promoted = asyncio.run(h.run("watch", name="elect_primary"))
     assert promoted.ok and roles(h) == {"db-0": "replica", "db-1": "primary", "db-2": "replica"}
     assert promoted.day2["currentPrimary"] == "db-1" and promoted.day2["primaryUnreadySince"] is None
+    given = dt.datetime.fromisoformat(promoted.day2["primarySince"])
+    assert abs((given - dt.datetime.now(UTC)).total_seconds()) < 5  # its unready time counts from now
     assert [e[1] for e in promoted.events] == ["Failover"] and "promoted db-1" in promoted.events[0][2]
     labels = [op for op in promoted.operations if op[0] == "patch"]
     assert labels == [("patch", "Pod", "db-0"), ("patch", "Pod", "db-1")]  # demote first: never two

@@ -35,6 +35,7 @@ TELL_WITHIN = 3.0  # seconds a member has to take its role through exec before i
 CURRENT = "currentPrimary"  # status.day2 keys
 UNREADY_SINCE = "primaryUnreadySince"
 CONFIRMED = "primaryIncarnation"  # the primary's Pod uid and restarts when it was last given the role
+GIVEN = "primarySince"  # when the role last went to another member (its unready time counts from then)
 
 
 def members(pods: Sequence[Mapping[str, Any]], label: str) -> list[Member]:
@@ -239,6 +240,7 @@ async def apply(
     before = ctx.day2.get(CURRENT)
     if election.primary != before:
         ctx.day2[CURRENT] = election.primary
+        ctx.day2[GIVEN] = rfc3339(dt.datetime.now(dt.UTC))
     since = rfc3339(election.unready_since) if election.unready_since else None
     if since != ctx.day2.get(UNREADY_SINCE):
         if since is not None and ctx.day2.get(UNREADY_SINCE) is None:
@@ -290,13 +292,14 @@ async def keep_primary(
     now = dt.datetime.now(dt.UTC)
     since = parse_time(ctx.day2.get(UNREADY_SINCE))
     confirmed = ctx.day2.get(CONFIRMED) if tell is not None else None
+    given = parse_time(ctx.day2.get(GIVEN))
     restarting = False
     if tell is not None and tell.serving is not None:
         found, restarting = await _started_again_in_place(ctx, pods, found, current, confirmed, label, tell)
-    election = elect(found, current, delay, now, since, confirmed)
+    election = elect(found, current, delay, now, since, confirmed, given=given)
     if election.failover and rank is not None:
         positions = await rank(candidates(found, current))
-        election = elect(found, current, delay, now, since, confirmed, positions)
+        election = elect(found, current, delay, now, since, confirmed, positions, given)
         if positions:
             at = ", ".join(f"{name} {positions.get(name, 'unknown')}" for name in sorted(positions))
             election = replace(election, reason=f"{election.reason}; received log: {at}")

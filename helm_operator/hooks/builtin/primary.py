@@ -12,8 +12,9 @@ authority from before: a chart that fences at start runs it read-only until the 
 newer than the one it started with. Each confirmed primary's *incarnation* (the Pod's uid and its
 containers' restarts) is on record; a primary seen in another incarnation, or whose server says it
 started again in place under the word it still has (``restarted``), is confirmed again (relabelled
-with the next generation) once it has started (it answers, fenced; a chart whose Ready needs writes
-is not Ready before that) and before the failover delay has passed, or later while no other member
+with the next generation) once it has started (a new container past its startup probe, or its
+server started again in place; a chart whose Ready needs writes is not Ready before that) and
+before the failover delay has passed, or later while no other member
 could take over — only while it still is the primary on record, so a member that was replaced
 meanwhile never takes writes it would lose to the one promoted in its place.
 """
@@ -121,12 +122,15 @@ def _started(members: Sequence[Member]) -> Member | None:
 
 
 def _unready_for(
-    me: Member | None, unready_since: dt.datetime | None, now: dt.datetime
+    me: Member | None, unready_since: dt.datetime | None, now: dt.datetime, given: dt.datetime | None
 ) -> tuple[dt.datetime, float]:
     """Since when the primary on record has not been Ready (the earlier of the record and its
-    Ready condition's last change), and for how many seconds."""
+    Ready condition's last change, but not before it was ``given`` the role: a standby's last
+    change may predate its promotion, which takes a moment), and for how many seconds."""
     seen = [t for t in (unready_since, me.since if me is not None and not me.ready else None) if t]
     since = min(seen) if seen else now
+    if given is not None and since < given:
+        since = min(given, now)
     return since, (now - since).total_seconds()
 
 
@@ -138,17 +142,18 @@ def elect(
     unready_since: dt.datetime | None = None,
     confirmed: str | None = None,
     positions: Mapping[str, int] | None = None,
+    given: dt.datetime | None = None,
 ) -> Election:
     """The next step towards exactly one Ready primary. ``current`` is the primary on record
     (``status.day2.currentPrimary``); ``unready_since`` when it was first seen not Ready;
     ``confirmed`` the incarnation it was last confirmed in (None: none on record yet);
     ``positions`` how far each standby has received the primary's log (a failover promotes the
-    most advanced; without them, the lowest ordinal)."""
+    most advanced; without them, the lowest ordinal); ``given`` when the role went to it."""
     labelled = [m for m in members if m.primary]
     if current is None and len(labelled) == 1:
         current = labelled[0].name
     me = next((m for m in members if m.name == current), None)
-    unready = _unready_for(me, unready_since, now)
+    unready = _unready_for(me, unready_since, now, given)
     again = (
         me is not None
         and me.primary
