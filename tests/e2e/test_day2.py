@@ -245,6 +245,32 @@ def test_failed_final_backup_blocks_deletion_until_overridden(
     res.wait_event("blocked", "HooksOverridden")
 
 
+def test_an_action_the_module_does_not_declare_fails_naming_the_verbs_it_does(
+    operator: OperatorProcess, res: Resources
+) -> None:
+    """A typo in a verb: the request fails at once (no run name: nothing ran), Day2 says which
+    verbs there are until the next request succeeds, and the annotation is removed as any other."""
+    name = "verbs"
+    res.apply(pg(name))
+    res.wait_condition(PG, name, "Ready", timeout=180)
+    res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "helm-operator.io/action=backup-nwo")
+
+    def failed() -> dict[str, Any] | None:
+        obj = res.get(PG, name) or {}
+        last = ((obj.get("status") or {}).get("day2") or {}).get("lastAction") or {}
+        gone = "helm-operator.io/action" not in (obj["metadata"].get("annotations") or {})
+        return last if last.get("phase") == "Failed" and last.get("acknowledged") and gone else None
+
+    last = eventually(failed, timeout=60, what="the unknown request failed and acknowledged")
+    assert last["request"] == "backup-nwo" and "name" not in last, last
+    assert "unknown action 'backup-nwo'; PostgreSQLCluster supports: backup-now, " in last["message"], last
+    c = res.wait_condition(PG, name, "Day2", status="False", timeout=30, generation=False)
+    assert c["reason"] == "UnknownAction" and "backup-now" in c["message"], c
+    res.cluster.kubectl("annotate", PG, name, "-n", res.ns, "helm-operator.io/action=backup-now")
+    res.wait_condition(PG, name, "Day2", timeout=60, generation=False)  # the next request succeeded
+    assert day2(res, name)["lastAction"]["request"] == "backup-now"
+
+
 def test_bad_day2_input_is_precise_and_blocks_nothing_else(operator: OperatorProcess, res: Resources) -> None:
     cases = {
         "six": ({"schedule": "0 2 * * * *"}, "spec.backup.schedule: '0 2 * * * *' has 6 field(s)"),

@@ -84,15 +84,17 @@ class Actions:
         if last.get("request") == request and last.get("phase") == "Running":
             run_as = str(last.get("name"))
         else:
-            run_as = bounded(f"{name}-{verb}", NOW().strftime("%Y%m%d%H%M%S"))
+            # A verb the module does not declare runs nothing: no run name, no Running phase.
+            run_as = bounded(f"{name}-{verb}", NOW().strftime("%Y%m%d%H%M%S")) if hook is not None else ""
             last = {
                 "request": request,
-                "name": run_as,
+                "name": run_as or None,  # merge patch: an earlier request's run name goes
                 "phase": "Running",
                 "startTime": rfc3339(NOW()),
                 "acknowledged": None,  # merge patch: the previous request's flag goes
             }
-            await shared.reporter.status(ref, watch.served_plural, _last_action(last))
+            if hook is not None:
+                await shared.reporter.status(ref, watch.served_plural, _last_action(last))
         if hook is None:
             known = ", ".join(sorted(h.verb for h in hooks.actions)) or "none"
             result = HookResult(
