@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,15 +121,27 @@ def test_manual_changes_are_corrected_without_new_revisions(
         stdout=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in watcher.stdout or ():
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(0.5)
+        # The watch is established once it printed the current state: a slow start on a loaded
+        # machine would otherwise begin after the correction and see only its end.
+        eventually(lambda: lines, timeout=30, what="the watch of Drifted printing its first state")
         kubectl("delete", "service", name, "-n", ns)
         dres.wait_event(name, "DriftCorrected", f"Service/{name} deleted")
         eventually(lambda: dres.condition(MSD, name, "Drifted").get("reason") == "DriftCorrected")
         time.sleep(0.5)
     finally:
         watcher.terminate()
-    seen = [line.strip() for line in watcher.communicate(timeout=10)[0].splitlines() if line.strip()]
+    watcher.wait(timeout=10)
+    reader.join(timeout=10)
+    seen = [line.strip() for line in lines if line.strip()]
     assert "True" in seen and seen[-1] == "False", seen
     assert dres.exists("service", name)
     counter = (
