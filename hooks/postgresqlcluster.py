@@ -274,6 +274,11 @@ RECEIVED_QUERY = (
 )
 
 
+def lsn(position: int) -> str:
+    """A position in the log as PostgreSQL writes it (``pg_current_wal_lsn()``: ``16/B374D848``)."""
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
 async def received(ctx: Context, pods: Sequence[str]) -> dict[str, int]:
     """Each standby's position in the primary's log, asked over its local socket (a failover
     promotes the most advanced: with synchronous replication it has every acknowledged write); one
@@ -305,6 +310,7 @@ async def elect_primary(ctx: Context) -> None:
         fence=FENCE,
         tell=TOLD,
         rank=lambda pods: received(ctx, pods),
+        show=lsn,
     )
 
 

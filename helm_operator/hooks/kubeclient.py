@@ -33,6 +33,21 @@ def exit_status(status: str) -> tuple[int | None, str]:
     return None, message
 
 
+def refused(exc: Exception) -> str:
+    """Why the API server refused an exec's upgrade to a websocket, in one line: its status code and
+    the Status message of its answer (the websocket library's own text holds every header)."""
+    code = getattr(exc, "status_code", None)
+    if code is None:
+        return str(exc)
+    body = getattr(exc, "resp_body", None)
+    try:
+        said = json.loads(body) if body else {}
+    except (TypeError, ValueError):
+        said = {}
+    message = str(said.get("message") or "").strip() if isinstance(said, dict) else ""
+    return f"refused ({code}): {message}" if message else f"refused ({code})"
+
+
 class AsyncKube:
     """Implements :class:`helm_operator.hooks.context.KubeClient` against the API server."""
 
@@ -152,7 +167,7 @@ class AsyncKube:
             except ApiException as exc:
                 raise ExecFailed(f"exec in {where}: {exc.status} {exc.reason}") from exc
             except Exception as exc:  # the websocket library's own errors (refused upgrade, closed)
-                raise ExecFailed(f"exec in {where}: {exc}") from exc
+                raise ExecFailed(f"exec in {where}: {refused(exc)}") from exc
             try:
                 ws.run_forever(timeout=timeout)
                 if ws.is_open():

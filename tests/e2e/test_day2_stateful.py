@@ -114,6 +114,7 @@ def test_failover_and_switchover_move_the_primary_and_the_service_follows(
     eventually(lambda: serving(res, name) == ["ha-0"], timeout=60, what="the Service selecting ha-0")
     assert day2(res, name)["currentPrimary"] == "ha-0" and primaries(res, name) == ["ha-0"]
     assert "PrimaryElected" in reasons(res, name)
+    assert "PrimaryUnready" not in reasons(res, name), "a Warning for the install itself"
     watcher = Observer(res, name)
     watcher.start()
 

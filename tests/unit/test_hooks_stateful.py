@@ -21,7 +21,7 @@ from helm_operator.adapters.postrender import mark
 from helm_operator.core.naming import OWNER_LABEL, owner_id
 from helm_operator.hooks import Context, Hooks, InvalidSpec
 from helm_operator.hooks.builtin import failover
-from helm_operator.hooks.builtin.primary import Election, Member, elect, switch
+from helm_operator.hooks.builtin.primary import Election, Member, elect, switch, warns
 from helm_operator.hooks.context import ExecFailed, Release
 from helm_operator.hooks.loader import load
 from helm_operator.hooks.schedule import TaskState, check_interval, decide, run_name, slot_after
@@ -59,6 +59,22 @@ def test_an_unready_primary_is_replaced_only_after_the_delay() -> None:
     assert waiting.wait == pytest.approx(18) and waiting.unready_since == NOW - dt.timedelta(seconds=12)
     later = elect(members, "db-0", 30, NOW + dt.timedelta(seconds=18))
     assert (later.primary, later.demote, later.promote, later.failover) == ("db-1", ("db-0",), "db-1", True)
+
+
+def test_only_a_primary_that_lost_readiness_in_its_role_is_worth_a_warning() -> None:
+    """A primary not Ready since it was given the role (an install, a promotion still under way)
+    is no news; one seen Ready in its role and then not is; one confirmed as it starts again is
+    said by PrimaryConfirmed."""
+    given = NOW - dt.timedelta(seconds=3)
+    never = [member("db-0", ready=False, primary=True, since=60), member("db-1")]  # not Ready since before
+    taking = elect(never, "db-0", 30, NOW, given=given)
+    assert taking.unready_since == given and not warns(taking, given)
+    went = [member("db-0", ready=False, primary=True, since=1), member("db-1")]  # Ready in its role, then not
+    lost = elect(went, "db-0", 30, NOW, given=given)
+    assert lost.unready_since == NOW - dt.timedelta(seconds=1) and warns(lost, given)
+    assert warns(lost, None)  # a record from before the hand-over time was kept
+    assert not warns(replace(lost, confirmed=True), given)
+    assert not warns(elect([member("db-0", primary=True)], "db-0", 30, NOW, given=given), given)
 
 
 def test_a_vanished_primary_counts_from_when_it_was_first_missed() -> None:
@@ -280,7 +296,7 @@ def test_a_failover_promotes_the_standby_that_received_the_most_of_the_log() -> 
     """Each Ready standby is asked how far it has received the primary's log (over its local
     socket): the most advanced is promoted, whatever its ordinal; one that does not answer counts
     as least. Pure: ties and unknowns fall back to the lowest ordinal."""
-    positions = {"db-1": "1200", "db-2": "5000"}
+    positions = {"db-1": "1200", "db-2": str(0x1_0000_5000)}
 
     def answer(pod_name: str, argv: tuple[str, ...]) -> str:
         if argv[0] == "psql":
@@ -297,7 +313,7 @@ def test_a_failover_promotes_the_standby_that_received_the_most_of_the_log() -> 
     stops_when_demoted(h)
     promoted = asyncio.run(h.run("watch", name="elect_primary"))
     assert promoted.ok and roles(h) == {"db-0": "replica", "db-1": "replica", "db-2": "primary"}
-    assert "received log: db-1 1200, db-2 5000" in promoted.events[0][2], promoted.events
+    assert "received log: db-1 0/4B0, db-2 1/5000" in promoted.events[0][2], promoted.events  # LSNs
 
     members = [member("db-0", ready=False, primary=True, since=60), member("db-1"), member("db-2")]
     assert elect(members, "db-0", 30, NOW, positions={"db-1": 7, "db-2": 9}).promote == "db-2"
@@ -373,7 +389,7 @@ def test_a_primary_whose_server_started_again_in_place_is_confirmed_by_its_word(
     if confirmed:
         assert out.result.reason == "HookRetrying", out.result  # Ready once writable, or a failover
         assert labels[ROLE] == "primary" and labels[f"{ROLE}-generation"] == "3", labels
-        assert [e[1] for e in out.events] == ["PrimaryUnready", "PrimaryConfirmed"], out.events
+        assert [e[1] for e in out.events] == ["PrimaryConfirmed"], out.events  # no Warning beside it
         assert out.day2["primaryIncarnation"] == "/0" and out.day2["currentPrimary"] == "db-0"
         assert h.kube.commands[-1][2][-3:] == ("primary", "3", "/run/role/role")
     else:

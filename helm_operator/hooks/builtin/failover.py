@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from helm_operator.hooks.builtin.primary import Election, Member, candidates, elect, switch
+from helm_operator.hooks.builtin.primary import Election, Member, candidates, elect, switch, warns
 from helm_operator.hooks.context import Context, ExecFailed
 from helm_operator.hooks.errors import PermanentError, TemporaryError
 from helm_operator.hooks.schedule import parse_time, rfc3339
@@ -197,7 +197,7 @@ async def still_running(
                     running.append(name)
         if not running or loop.time() >= deadline:
             return running
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.2)  # the promotion waits for this: look again soon
 
 
 async def apply(
@@ -243,7 +243,7 @@ async def apply(
         ctx.day2[GIVEN] = rfc3339(dt.datetime.now(dt.UTC))
     since = rfc3339(election.unready_since) if election.unready_since else None
     if since != ctx.day2.get(UNREADY_SINCE):
-        if since is not None and ctx.day2.get(UNREADY_SINCE) is None:
+        if ctx.day2.get(UNREADY_SINCE) is None and warns(election, parse_time(ctx.day2.get(GIVEN))):
             await ctx.event("PrimaryUnready", election.reason, warning=True)
         ctx.day2[UNREADY_SINCE] = since
     if election.failover:
@@ -277,6 +277,7 @@ async def keep_primary(
     fence: float | None = None,
     tell: RoleFile | None = None,
     rank: Rank | None = None,
+    show: Callable[[int], str] = str,
 ) -> None:
     """A watch hook on the release's Pods: keep exactly one Ready primary (label the first Ready
     member, promote a Ready member once the primary has not been Ready for ``delay`` seconds);
@@ -285,7 +286,7 @@ async def keep_primary(
     the next number (see :mod:`~helm_operator.hooks.builtin.primary`): in a new container, or,
     by ``tell``'s ``serving`` word, its server in place. ``rank``: how far each
     candidate has received the primary's log, asked only when a failover is due; the most
-    advanced is promoted (else the lowest ordinal)."""
+    advanced is promoted (else the lowest ordinal); ``show`` writes a position as the Event says it."""
     pods = [p for p in ctx.objects if members_of(p)]
     found = members(pods, label)
     current = ctx.day2.get(CURRENT)
@@ -301,7 +302,7 @@ async def keep_primary(
         positions = await rank(candidates(found, current))
         election = elect(found, current, delay, now, since, confirmed, positions, given)
         if positions:
-            at = ", ".join(f"{name} {positions.get(name, 'unknown')}" for name in sorted(positions))
+            at = ", ".join(f"{name} {show(positions[name])}" for name in sorted(positions))
             election = replace(election, reason=f"{election.reason}; received log: {at}")
     await apply(ctx, election, label, fence=fence, tell=tell)
     if election.wait is not None:

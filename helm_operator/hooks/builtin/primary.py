@@ -222,6 +222,17 @@ def elect(
     )
 
 
+def warns(election: Election, given: dt.datetime | None) -> bool:
+    """Whether the primary's first look not Ready is worth a Warning: not while it is still taking
+    the role it was just given (its unready time starts at the hand-over: an install or a promotion
+    takes a moment; a failover follows if it never gets Ready), nor as it is confirmed after
+    starting again (``PrimaryConfirmed`` says so)."""
+    since = election.unready_since
+    if since is None or election.confirmed:
+        return False
+    return given is None or since > given
+
+
 def switch(members: Sequence[Member], target: str) -> Election:
     """A requested switchover to ``target``; ``ValueError`` says why it cannot be done."""
     me = next((m for m in members if m.name == target), None)
