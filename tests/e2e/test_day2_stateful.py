@@ -156,6 +156,9 @@ def test_failover_and_switchover_move_the_primary_and_the_service_follows(
     )
     eventually(lambda: day2(res, name).get("lastAction", {}).get("phase") == "Succeeded", timeout=30)
     assert day2(res, name)["currentPrimary"] == "ha-2" and "Switchover" in reasons(res, name)
+    # The moves of the role, kept in the status (Events expire).
+    moves = [(c["from"], c["to"], c["how"]) for c in day2(res, name)["primaryChanges"]]
+    assert moves == [("ha-0", "ha-1", "Failover"), ("ha-1", "ha-2", "Switchover")], moves
     # A switchover to a Pod that is not Ready is refused, and says why.
     res.cluster.kubectl(
         "annotate", PG, name, "-n", res.ns, "--overwrite", "helm-operator.io/action=switchover=ha-1"

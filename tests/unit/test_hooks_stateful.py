@@ -285,9 +285,14 @@ def test_failover_hook_labels_the_first_primary_then_promotes_after_the_delay() 
     promoted = asyncio.run(h.run("watch", name="elect_primary"))
     assert promoted.ok and roles(h) == {"db-0": "replica", "db-1": "primary", "db-2": "replica"}
     assert promoted.day2["currentPrimary"] == "db-1" and promoted.day2["primaryUnreadySince"] is None
-    given = dt.datetime.fromisoformat(promoted.day2["primarySince"])
+    given_at = promoted.day2["primarySince"]
+    given = dt.datetime.fromisoformat(given_at)
     assert abs((given - dt.datetime.now(UTC)).total_seconds()) < 5  # its unready time counts from now
     assert [e[1] for e in promoted.events] == ["Failover"] and "promoted db-1" in promoted.events[0][2]
+    change = promoted.day2["primaryChanges"][-1]  # kept beside the Event, which expires
+    assert (change["from"], change["to"], change["how"]) == ("db-0", "db-1", "Failover")
+    assert change["at"] == given_at
+    assert "failoverDelay" in change["reason"] and len(promoted.day2["primaryChanges"]) == 1
     labels = [op for op in promoted.operations if op[0] == "patch"]
     assert labels == [("patch", "Pod", "db-0"), ("patch", "Pod", "db-1")]  # demote first: never two
 

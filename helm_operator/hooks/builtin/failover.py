@@ -36,6 +36,8 @@ CURRENT = "currentPrimary"  # status.day2 keys
 UNREADY_SINCE = "primaryUnreadySince"
 CONFIRMED = "primaryIncarnation"  # the primary's Pod uid and restarts when it was last given the role
 GIVEN = "primarySince"  # when the role last went to another member (its unready time counts from then)
+CHANGES = "primaryChanges"  # the last moves of the role: when, from, to, how and why (Events expire)
+KEEP_CHANGES = 10
 
 
 def members(pods: Sequence[Mapping[str, Any]], label: str) -> list[Member]:
@@ -239,8 +241,14 @@ async def apply(
             raise TemporaryError(f"Pod {election.promote} vanished before it was promoted", delay=1.0)
     before = ctx.day2.get(CURRENT)
     if election.primary != before:
+        now = rfc3339(dt.datetime.now(dt.UTC))
         ctx.day2[CURRENT] = election.primary
-        ctx.day2[GIVEN] = rfc3339(dt.datetime.now(dt.UTC))
+        ctx.day2[GIVEN] = now
+        if before is not None and election.primary is not None:
+            how = "Failover" if election.failover else "Switchover" if election.requested else "Changed"
+            change = {"at": now, "from": before, "to": election.primary, "how": how}
+            change["reason"] = election.reason
+            ctx.day2[CHANGES] = [*(ctx.day2.get(CHANGES) or []), change][-KEEP_CHANGES:]
     since = rfc3339(election.unready_since) if election.unready_since else None
     if since != ctx.day2.get(UNREADY_SINCE):
         if ctx.day2.get(UNREADY_SINCE) is None and warns(election, parse_time(ctx.day2.get(GIVEN))):

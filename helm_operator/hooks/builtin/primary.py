@@ -14,9 +14,9 @@ containers' restarts) is on record; a primary seen in another incarnation, or wh
 started again in place under the word it still has (``restarted``), is confirmed again (relabelled
 with the next generation) once it has started (a new container past its startup probe, or its
 server started again in place; a chart whose Ready needs writes is not Ready before that) and
-before the failover delay has passed, or later while no other member
-could take over — only while it still is the primary on record, so a member that was replaced
-meanwhile never takes writes it would lose to the one promoted in its place.
+before the failover delay has passed, or later while no other member could take over — only
+while it still is the primary on record, so a member that was replaced meanwhile never takes
+writes it would lose to the one promoted in its place.
 """
 
 from __future__ import annotations
