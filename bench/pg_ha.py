@@ -115,8 +115,9 @@ def _postmaster(res: Resources, pod: str) -> str:
     return " ".join(out.stdout.split()) if out.returncode == 0 else ""
 
 
-def _keep_logs(res: Resources, kind: str, number: int) -> str:
-    """Every member's log (and its previous container's), kept for a trial that did not recover."""
+def _keep_logs(res: Resources, kind: str, number: int, clients: tuple[str, ...] = ()) -> str:
+    """Every member's log (and its previous container's), and the clients' (writers, observer),
+    kept for a trial that did not recover."""
     where = REPO / ".work/bench/pg-ha" / f"{kind}-{number}"
     where.mkdir(parents=True, exist_ok=True)
     for pod in MEMBERS:
@@ -126,6 +127,10 @@ def _keep_logs(res: Resources, kind: str, number: int) -> str:
                                       check=False)  # fmt: skip
             if out.returncode == 0:
                 (where / f"{pod}{'-previous' if previous else ''}.log").write_text(out.stdout)
+    for pod in clients:
+        out = res.cluster.kubectl("logs", "-n", res.ns, pod, check=False)
+        if out.returncode == 0:
+            (where / f"{pod}.log").write_text(out.stdout)
     return str(where.relative_to(REPO))
 
 
@@ -209,12 +214,15 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
                    what=f"{kind} {number}: both standbys streaming")  # fmt: skip
         redundant = time.time() - began
     except AssertionError as exc:
-        note = f"{note or exc}; logs in {_keep_logs(res, kind, number)}"
+        note = f"{note or exc}; logs in {_keep_logs(res, kind, number, ('writer', direct, 'observer'))}"
         print(f"  {kind} {number}: not recovered: {note}", flush=True)
         _recover(res, old)
     time.sleep(2)
     ended = time.time()
-    primary = new or old
+    # The primary on record now: a second change within the trial moves the writes on.
+    primary = str(day2(res, NAME).get("currentPrimary") or new or old)
+    if new is not None and primary != new:
+        note = f"{note + '; ' if note else ''}the primary changed again, to {primary}"
     stored = {int(i) for i in sql(res, primary, "SELECT id FROM w", check=False).split() if i.isdigit()}
     lost_service, acked_service = _lost(_log(res, "writer"), stored, began - 5, ended)
     lost_direct, acked_direct = _lost(_log(res, direct), stored, began - 5, ended)
