@@ -42,6 +42,7 @@ from tests.e2e.test_day2 import PG, day2
 from tests.e2e.test_real_postgres import (
     FAST_WRITER,
     OBSERVER,
+    ROLE_GENERATION,
     _client_pod,
     _log,
     pod_ip,
@@ -76,6 +77,13 @@ class Trial:
 def _restarts(res: Resources, pod: str) -> int:
     got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
     return sum(int(c.get("restartCount") or 0) for c in got["status"].get("containerStatuses") or ())
+
+
+def _word(res: Resources, pod: str) -> int:
+    """The number of the operator's last word to the member (its role-generation label)."""
+    got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
+    value = (got["metadata"].get("labels") or {}).get(ROLE_GENERATION, "0")
+    return int(value) if str(value).isdigit() else 0
 
 
 def _streaming(res: Resources, primary: str) -> int:
@@ -183,6 +191,7 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
     direct = _direct(res, old, number)
     restarts = _restarts(res, old)
     postmaster = _postmaster(res, old)
+    word = _word(res, old)
     began = time.time()
     _cause(res, kind, old)
     note = ""
@@ -195,11 +204,16 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
 
     def settled() -> str | None:
         """The primary once the event is over: another one on record, or after a kill the same
-        one taking writes through the Service again (confirmed, or never fenced)."""
+        one taking writes through the Service again (confirmed — a newer word — or never fenced;
+        a writer whose connections all waited out the outage in a name lookup sees no failure)."""
         now = day2(res, NAME).get("currentPrimary")
         if now is not None and now != old:
             return str(now)
-        return old if kind == "kill" and _resumed(_log(res, "writer"), began) else None
+        if kind != "kill":
+            return None
+        writes = _log(res, "writer")
+        confirmed = _word(res, old) > word and written_again(writes, began, began)
+        return old if _resumed(writes, began) or confirmed else None
 
     new: str | None = None
     redundant: float | None = None
