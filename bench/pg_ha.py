@@ -37,12 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.session import bench_session
+from helm_operator.hooks.builtin.failover import generation
 from tests.e2e.operator import REPO, Resources, eventually
 from tests.e2e.test_day2 import PG, day2
+from tests.e2e.test_day2_stateful import ROLE
 from tests.e2e.test_real_postgres import (
     FAST_WRITER,
     OBSERVER,
-    ROLE_GENERATION,
     _client_pod,
     _log,
     pod_ip,
@@ -82,8 +83,7 @@ def _restarts(res: Resources, pod: str) -> int:
 def _word(res: Resources, pod: str) -> int:
     """The number of the operator's last word to the member (its role-generation label)."""
     got = json.loads(res.cluster.kubectl("get", "pod", "-n", res.ns, pod, "-o", "json").stdout)
-    value = (got["metadata"].get("labels") or {}).get(ROLE_GENERATION, "0")
-    return int(value) if str(value).isdigit() else 0
+    return generation(got, ROLE)
 
 
 def _streaming(res: Resources, primary: str) -> int:

@@ -493,15 +493,15 @@ def written_again(writes: list[list[str]], since: float, promoted: float) -> boo
 
 
 def under_writes(
-    res: Resources, name: str, failover_delay: str, *, direct: bool = False, mode: str = "async"
+    res: Resources, name: str, failover_delay: str, *, direct: bool = False, mode: str = "async", **spec: Any
 ) -> None:
     """Three real instances, ``<name>-0`` the primary streaming to both standbys, a table ``w``; the
     observer of every instance, and the writer through the client Service (``direct``: and a second
     one on the primary's Pod IP, as a client of a headless Service or a pooler is: it reaches the
     primary also while it is not Ready, so it sees what a restarted primary takes) writing.
-    ``mode``: the cluster's replication."""
+    ``mode``: the cluster's replication; ``spec``: more of its spec."""
     primary = f"{name}-0"
-    res.apply(real_pg(name, replicas=3, failoverDelay=failover_delay, replication={"mode": mode}))
+    res.apply(real_pg(name, replicas=3, failoverDelay=failover_delay, replication={"mode": mode}, **spec))
     res.wait_condition(PG, name, "Ready", timeout=300)
     eventually(
         lambda: day2(res, name).get("currentPrimary") == primary, timeout=60, what=f"{primary} primary"
@@ -523,7 +523,8 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     real_node: RealNode, operator: OperatorProcess, res: Resources
 ) -> None:
     name = "ha"
-    under_writes(res, name, "5s", direct=True)
+    # Each old primary is rewound (``auto`` would copy this small database in full instead).
+    under_writes(res, name, "5s", direct=True, rejoin={"method": "rewind"})
 
     def primary_after(old: str, started: float, how: str) -> str:
         """The instance promoted in place of ``old`` (the Ready standby with the lowest ordinal),
@@ -562,7 +563,10 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
         refused = [line for line in lines if "pg_rewind failed" in line or "pg_rewind: error" in line]
         assert not refused, "\n".join(refused)
         said = ("servers diverged", "no rewind required", "recovering the data", "asking it to checkpoint")
-        print("\n".join(line for line in lines if any(s in line for s in said)))
+        rewound = [line for line in lines if any(s in line for s in said)]
+        print("\n".join(rewound))
+        copied = [line for line in lines if "clon" in line or "rejoining by" in line]
+        assert rewound and not copied, "\n".join(copied)
 
     # 1. The primary's postmaster stops (SIGSTOP: it accepts no connection, its sessions live on):
     #    not Ready, and after failoverDelay a standby is promoted, once the old primary's own script,
@@ -609,6 +613,35 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
     # (``watched``); no two instances were seen writable at once.
     print(f"observer: {observed(samples)}")
     assert two_writable(samples) == [], "two writable primaries seen"
+
+    # 4. The client Service made again (deleted; the operator puts it back at a new address). The
+    #    instances reach the primary by the Service's address (no name lookup can hold up a
+    #    promotion) and learn the new one by name: after a switchover both standbys stream again.
+    def address() -> str:
+        out = res.cluster.kubectl("get", "service", "-n", res.ns, name, "-o", "json", check=False)
+        return str(json.loads(out.stdout)["spec"]["clusterIP"]) if out.returncode == 0 else ""
+
+    was = address()
+    res.cluster.kubectl("delete", "service", "-n", res.ns, name)
+    now = eventually(lambda: address() not in ("", was) and address(), timeout=120,
+                     what="the client Service put back at a new address")  # fmt: skip
+    last = next(p for p in ("ha-0", "ha-1", "ha-2") if p not in (target, second))
+    res.cluster.kubectl("wait", "-n", res.ns, f"pod/{last}", "--for=condition=Ready",
+                        f"--timeout={within(120):.0f}s", timeout=within(130))  # fmt: skip
+    t4 = time.time()
+    res.cluster.kubectl("annotate", PG, name, "-n", res.ns, f"helm-operator.io/action=switchover={last}")
+    assert primary_after(target, t4, "switchover after the Service was made again") == last
+    eventually(lambda: sql(res, target, "SELECT pg_is_in_recovery()", check=False) == "t",
+               timeout=180, what=f"{target} a standby")  # fmt: skip
+    wait_replicating(res, last, 2)
+    print(f"both standbys stream from {last} {time.time() - t4:.1f}s after the switchover")
+    learnt = [
+        pod
+        for pod in (target, second)
+        if f"the primary's Service answers at {now}: following it there"
+        in res.cluster.kubectl("logs", "-n", res.ns, pod, "-c", "postgres").stdout
+    ]
+    assert learnt == [target, second], f"{now} learnt by {learnt}"
 
 
 @pytest.mark.timeout(1200)
@@ -718,6 +751,15 @@ def test_with_synchronous_replication_a_failover_loses_no_acknowledged_write(
     eventually(lambda: sql(res, f"{name}-0", "SELECT pg_is_in_recovery()", check=False) == "t",
                timeout=180, what=f"{name}-0 a standby")  # fmt: skip
     wait_replicating(res, str(new), 2)
+    # How the old primary caught up (rejoin.method auto: the smaller copy, measured on the primary).
+    logged = res.cluster.kubectl("logs", "-n", res.ns, f"{name}-0", "-c", "postgres").stdout
+    chose = re.findall(r"rejoining by (clone|rewind) \(the primary's databases hold (\d+) MB, "
+                       r"the WAL a rewind copies whole (\d+) MB\)", logged)  # fmt: skip
+    rejoin = [line for line in logged.splitlines() if re.search("rejoin|diverge|rewind|clon", line)]
+    assert chose, "\n".join(rejoin)
+    how, data, wal = chose[-1]
+    assert how == ("clone" if int(data) < int(wal) else "rewind"), chose
+    print(f"{name}-0 rejoined by {how}: databases {data} MB, WAL {wal} MB")
     time.sleep(2)
 
     writes = {writer: _log(res, writer) for writer in ("writer", "direct")}  # before what is stored
