@@ -18,10 +18,11 @@ Per trial: write-unavailability through the Service, acknowledged writes lost th
 and on the Pod IP (acknowledged, not in the table on the primary afterwards), samples in which two
 instances answered writable at once, the time until full redundancy (every standby streaming
 again), and the old primary's container restarts (a rejoin by crash loop restarts it). A trial
-that does not recover keeps every member's log under ``.work/bench/pg-ha/<kind>-<n>/``.
+that does not recover (with ``--keep-logs``: every trial) keeps every member's log under
+``.work/bench/pg-ha/<kind>-<n>/``.
 
     python -m bench.pg_ha [--trials 5] [--kinds kill,sigstop,delete,switchover] [--mode async|sync]
-                          [--wait 240] [--label after]
+                          [--rejoin auto|rewind|clone] [--wait 240] [--label after] [--keep-logs]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.session import bench_session
 from helm_operator.hooks.builtin.failover import generation
@@ -182,7 +184,7 @@ def _lost(writes: list[list[str]], stored: set[int], since: float, until: float)
     return sum(1 for i in acked if i not in stored), len(acked)
 
 
-def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
+def trial(res: Resources, kind: str, number: int, wait: float, keep: bool = False) -> Trial:
     old = str(day2(res, NAME)["currentPrimary"])
     for p in MEMBERS:
         res.cluster.kubectl("wait", "-n", res.ns, f"pod/{p}", "--for=condition=Ready", "--timeout=300s",
@@ -227,6 +229,8 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
         eventually(lambda: _streaming(res, str(new)) == 2, timeout=wait, interval=0.2,
                    what=f"{kind} {number}: both standbys streaming")  # fmt: skip
         redundant = time.time() - began
+        if keep:
+            note = f"logs in {_keep_logs(res, kind, number, ('writer', direct, 'observer'))}"
     except AssertionError as exc:
         note = f"{note or exc}; logs in {_keep_logs(res, kind, number, ('writer', direct, 'observer'))}"
         print(f"  {kind} {number}: not recovered: {note}", flush=True)
@@ -261,7 +265,11 @@ def trial(res: Resources, kind: str, number: int, wait: float) -> Trial:
 
 
 def run(res: Resources, args: argparse.Namespace) -> list[Trial]:
-    spec = {"replication": {"mode": args.mode}} if args.mode != "async" else {}  # (older charts: none)
+    spec: dict[str, Any] = {}
+    if args.mode != "async":  # (older charts have no replication mode)
+        spec["replication"] = {"mode": args.mode}
+    if args.rejoin:
+        spec["rejoin"] = {"method": args.rejoin}
     res.apply(real_pg(NAME, replicas=3, failoverDelay="5s", **spec))
     res.wait_condition(PG, NAME, "Ready", timeout=600)
     eventually(lambda: day2(res, NAME).get("currentPrimary") == MEMBERS[0], timeout=120)
@@ -274,7 +282,7 @@ def run(res: Resources, args: argparse.Namespace) -> list[Trial]:
     for kind in args.kinds.split(","):
         for _ in range(args.trials):
             number += 1
-            trials.append(trial(res, kind, number, args.wait))
+            trials.append(trial(res, kind, number, args.wait, args.keep_logs))
     return trials
 
 
@@ -292,7 +300,8 @@ def report(args: argparse.Namespace, trials: list[Trial]) -> str:
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores), "
         f"`python -m bench.pg_ha --trials {args.trials} --kinds {args.kinds} --mode {args.mode} "
-        f"--wait {args.wait:g} --label '{args.label}'`; replication {args.mode}, failoverDelay 5 s. "
+        f"--wait {args.wait:g}{f' --rejoin {args.rejoin}' if args.rejoin else ''} --label '{args.label}'`; "
+        f"replication {args.mode}, rejoin {args.rejoin or 'the chart default'}, failoverDelay 5 s. "
         "Seconds as median / max of the trials; a trial not recovered within --wait seconds is "
         "counted apart.",
         "",
@@ -323,6 +332,8 @@ def main() -> int:
     parser.add_argument("--mode", choices=("async", "sync"), default="async", help="spec.replication.mode")
     parser.add_argument("--wait", type=float, default=WAIT, help="seconds a trial may take to recover")
     parser.add_argument("--label", default="after", help="the section's title in the report")
+    parser.add_argument("--rejoin", choices=("auto", "rewind", "clone"), help="spec.rejoin.method")
+    parser.add_argument("--keep-logs", action="store_true", help="keep every trial's logs")
     parser.add_argument("--report", type=Path, default=REPO / "bench/results/pg-ha.md")
     args = parser.parse_args()
     unknown = set(args.kinds.split(",")) - set(KINDS)
