@@ -381,7 +381,7 @@ def resized(res: Resources, name: str, size: int) -> list[str] | None:
 # Beside it, a thread asks every endpoint for its raft term every $TERM_EVERY seconds (the highest
 # answered: it grows with every leader election); each read logs the latest.
 OBSERVER = r"""
-import base64, http.client, json, os, socket, threading, time
+import base64, http.client, json, os, socket, sys, threading, time
 
 ENDPOINTS = [url.split("//", 1)[1] for url in os.environ["ENDPOINTS"].split(",")]
 EVERY, TERM_EVERY, TIMEOUT = (float(os.environ[k]) for k in ("EVERY", "TERM_EVERY", "TIMEOUT"))
@@ -393,6 +393,15 @@ term = 0
 # that fails for now (the machine's DNS), after which the last address serves on.
 addresses = {}
 looked_up = threading.Event()
+# One line per write, under a lock: print() writes a line and its end apart, so two threads'
+# lines could run together ("<t> ok 2<t> lookup ...").
+said = threading.Lock()
+
+
+def say(line):
+    with said:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def resolve():
@@ -406,7 +415,7 @@ def resolve():
                 if known and getattr(exc, "errno", None) == socket.EAI_AGAIN:
                     # A lookup that failed for now: the last address serves on, as an etcd
                     # client's resolver keeps it (said on a line of its own, not a read).
-                    print(f"{time.time():.6f} lookup 0 {endpoint}: {exc}", flush=True)
+                    say(f"{time.time():.6f} lookup 0 {endpoint}: {exc}")
                 else:
                     addresses[endpoint] = exc  # its Pod is gone: a read there fails at once, saying so
         looked_up.set()
@@ -453,7 +462,7 @@ while True:
     except Exception as exc:
         result = f"fail {type(exc).__name__}: {exc}"[:200].replace("\n", " ")
         at = (at + 1) % len(ENDPOINTS)
-    print(f"{time.time():.6f} {result.split()[0]} {term} {result[5:]}".rstrip(), flush=True)
+    say(f"{time.time():.6f} {result.split()[0]} {term} {result[5:]}".rstrip())
     time.sleep(max(0.0, began + EVERY - time.monotonic()))
 """
 
