@@ -560,8 +560,14 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
             assert restarts_of(res, old) == restarts, f"{old}'s container restarted to rejoin"
         # Rewound, not cloned again in full: pg_rewind took the data of a server that was killed.
         lines = res.cluster.kubectl("logs", "-n", res.ns, old, "-c", "postgres").stdout.splitlines()
-        refused = [line for line in lines if "pg_rewind failed" in line or "pg_rewind: error" in line]
+        # A pg_rewind that could not connect (the Service without an endpoint for a moment) ran
+        # again once the primary answered; any other error of it is a defect.
+        again = [line for line in lines if "rewinding again once it does" in line]
+        refused = [line for line in lines if "pg_rewind failed" in line or
+                   ("pg_rewind: error" in line and "connection to server" not in line)]  # fmt: skip
         assert not refused, "\n".join(refused)
+        if again:
+            print(f"{old}: pg_rewind ran again {len(again)}x: the primary did not answer it at first")
         said = ("servers diverged", "no rewind required", "recovering the data", "asking it to checkpoint")
         rewound = [line for line in lines if any(s in line for s in said)]
         print("\n".join(rewound))
