@@ -21,7 +21,13 @@ from kubernetes import client
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.core.naming import FLEET_LABEL
 from helm_operator.release.identity import ReleaseId
-from helm_operator.release.record import PENDING_STATUSES, UNLOCKED_PREFIX, StoredRelease, from_body
+from helm_operator.release.record import (
+    PENDING_STATUSES,
+    TEST_EVENTS,
+    UNLOCKED_PREFIX,
+    StoredRelease,
+    from_body,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
@@ -62,6 +68,13 @@ def _decoded(namespace: str, secret: Any) -> dict[str, Any]:
         "info": {"description": (full.get("info") or {}).get("description", "")},
         "manifest": full.get("manifest"),
         "apply_method": full.get("apply_method"),
+        # How each test hook last ran (a release read back from storage must still say whether it
+        # passed its tests: a gated change is not finished before they pass).
+        "hooks": [
+            {"events": h.get("events") or [], "last_run": {"phase": (h.get("last_run") or {}).get("phase")}}
+            for h in full.get("hooks") or []
+            if isinstance(h, dict) and TEST_EVENTS & set(h.get("events") or [])
+        ],
     }
     if key[2]:
         _DECODED[key] = body
@@ -110,6 +123,17 @@ def ran_before(api: client.CoreV1Api, name: str, namespace: str, fleet: str) -> 
         labels = s.metadata.labels or {}
         if labels.get("status") in ("deployed", "superseded") and labels.get(FLEET_LABEL) != fleet:
             return int(labels.get("version", "0"))
+    return None
+
+
+def ran_before_revision(api: client.CoreV1Api, name: str, namespace: str, revision: int) -> int | None:
+    """The newest revision older than ``revision`` that ran (deployed or superseded): what a
+    revision that failed its tests goes back to (None: it is the first that ran)."""
+    for s in reversed(_secrets(api, name, namespace)):
+        labels = s.metadata.labels or {}
+        number = int(labels.get("version", "0"))
+        if number < revision and labels.get("status") in ("deployed", "superseded"):
+            return number
     return None
 
 

@@ -202,13 +202,17 @@ async def roll_back(helm: Helm, t: Target, revision: int | None = None) -> None:
     )
 
 
-async def _rollback(ctx: ActionContext) -> Remediation:
+async def _rollback(ctx: ActionContext, to: int | None = None) -> Remediation:
     """Back to the last revision deployed (Helm's "previous" may be a failed one: its values are
-    those that failed), fields other managers took meanwhile taken as for the action."""
+    those that failed), or to revision ``to``; fields other managers took meanwhile taken as for
+    the action."""
     before, ident = ctx.before, ctx.target.ident
-    if before is None or before.status != "deployed":
-        before = await asyncio.to_thread(storage.current_release, ctx.kube.core, ident.name, ident.namespace)
-    revision = before.revision if before is not None and before.status == "deployed" else None
+    revision = to
+    if revision is None:
+        if before is None or before.status != "deployed":
+            core = ctx.kube.core
+            before = await asyncio.to_thread(storage.current_release, core, ident.name, ident.namespace)
+        revision = before.revision if before is not None and before.status == "deployed" else None
 
     async def back(c: ActionContext) -> None:
         await roll_back(c.helm, c.target, revision)
@@ -217,8 +221,8 @@ async def _rollback(ctx: ActionContext) -> Remediation:
         await _over_edits(ctx, back)
     except HelmError as exc:
         return Remediation("rollback", False, f"rollback failed: {exc.message}")
-    to = f"revision {revision}" if revision is not None else "the previous revision"
-    return Remediation("rollback", True, f"rolled back to {to}")
+    said = f"revision {revision}" if revision is not None else "the previous revision"
+    return Remediation("rollback", True, f"rolled back to {said}")
 
 
 async def rollback(ctx: ActionContext) -> Outcome:
@@ -255,7 +259,15 @@ async def test(ctx: ActionContext) -> Outcome:
     try:
         await ctx.helm.test(t.ident.name, t.ident.namespace, timeout=t.watch.timeout)
     except HelmError as exc:
-        remediation = await _rollback(ctx) if t.watch.rollback_on_failure else None
+        # The deployed revision is the one that failed: back to the newest that ran before it
+        # (none: the first revision failed its tests, and stays as the failed change).
+        remediation, to = None, None
+        if t.watch.rollback_on_failure and before is not None:
+            to = await asyncio.to_thread(
+                storage.ran_before_revision, ctx.kube.core, t.ident.name, t.ident.namespace, before.revision
+            )
+        if to is not None:
+            remediation = await _rollback(ctx, to)
         return Outcome(
             "failed",
             Reason.TEST_FAILED,

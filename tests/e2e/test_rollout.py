@@ -385,6 +385,11 @@ def test_a_wave_gated_on_helm_test_halts_when_the_chart_s_tests_fail_and_goes_on
         )
         some = sorted(first)[0]
         res.wait_event(some, "TestFailed")
+        # A revision that failed its tests went back to the one before it (revision 1), never to
+        # itself (a rollback to the failed revision deploys the failed change again).
+        for n in first:
+            backs = [c.split()[2] for c in op.helm_calls() if c.startswith(f"rollback {n} ")]
+            assert backs and "2" not in backs, (n, backs)
         op.stop()
 
         tests_before = sum(c.startswith("test gate-") for c in op.helm_calls())

@@ -36,11 +36,13 @@ class FakeCore:
 
     def __init__(self) -> None:
         self.revisions: list[tuple[int, str]] = []
+        self.hooks: dict[int, list[dict[str, Any]]] = {}  # a revision's hooks, as Helm records them
 
     def list_namespaced_secret(self, namespace: str, label_selector: str) -> Any:
         items = []
         for rev, status in self.revisions:
             body = {"info": {"status": status}, "chart": {"metadata": {"name": "tiny", "version": "0.1.0"}}}
+            body["hooks"] = self.hooks.get(rev, [])
             labels = {"version": str(rev), "status": status, "helm-operator.io/owner": "owner-1"}
             items.append(
                 SimpleNamespace(
@@ -56,6 +58,7 @@ class FakeHelm:
     core: FakeCore
     fail: dict[str, HelmError | HelmAborted] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    rolled_back_to: list[int | None] = field(default_factory=list)
 
     def _maybe_fail(self, op: str) -> None:
         self.calls.append(op)
@@ -70,8 +73,14 @@ class FakeHelm:
         self.core.revisions[-1] = (rev, "deployed")
         return Applied({})
 
-    async def rollback(self, *args: Any, **kwargs: Any) -> None:
+    async def rollback(self, name: str, namespace: str, revision: int | None, **kwargs: Any) -> None:
         self._maybe_fail("rollback")
+        self.rolled_back_to.append(revision)
+        rev = len(self.core.revisions) + 1
+        self.core.revisions = [(r, "superseded") for r, _ in self.core.revisions] + [(rev, "deployed")]
+
+    async def test(self, *args: Any, **kwargs: Any) -> None:
+        self._maybe_fail("test")
 
     async def uninstall(self, *args: Any, **kwargs: Any) -> bool:
         self._maybe_fail("uninstall")
@@ -135,6 +144,34 @@ def test_a_failed_upgrade_rolls_back_and_reports_how_that_went() -> None:
     )
     out = act(Action.UPGRADE, helm, deployed)
     assert (out.remediation.reason, out.remediation.succeeded) == ("RollbackFailed", False)
+
+
+def test_a_revision_that_failed_its_tests_goes_back_to_the_one_before_it_never_to_itself() -> None:
+    """The tested revision is the deployed one: a rollback to it would deploy the failed change
+    again and look finished."""
+    helm = FakeHelm(FakeCore(), {"test": HelmError("HelmFailed", "Job Failed")})
+    out = act(Action.TEST, helm, [(1, "superseded"), (2, "failed"), (3, "deployed")])
+    assert (out.reason, helm.calls, helm.rolled_back_to) == ("TestFailed", ["test", "rollback"], [1])
+    assert out.remediation.message == "rolled back to revision 1" and out.remediation.succeeded
+    assert out.message.startswith("revision 3: helm test failed: Job Failed")
+    # The first revision that ran failed its tests: nothing to go back to, no rollback.
+    helm = FakeHelm(FakeCore(), {"test": HelmError("HelmFailed", "Job Failed")})
+    out = act(Action.TEST, helm, [(1, "deployed")])
+    assert (out.reason, helm.calls, out.remediation) == ("TestFailed", ["test"], None)
+
+
+def test_a_release_read_back_from_storage_says_whether_it_passed_its_tests() -> None:
+    """Not only the record an upgrade printed: the storage's (a later turn, a restarted operator)."""
+    from helm_operator.adapters.storage import latest_release
+
+    core = FakeCore()
+    core.revisions = [(1, "deployed")]
+    check = {"name": "check", "kind": "Job", "events": ["test"], "manifest": "x" * 1000}
+    for phase, tested in ((None, False), ("Failed", False), ("Succeeded", True)):
+        core.hooks[1] = [{**check, **({"last_run": {"phase": phase}} if phase else {})}]
+        core.hooks[1].append({"name": "migrate", "events": ["pre-upgrade"], "last_run": {"phase": "Failed"}})
+        release = latest_release(core, "r", "ns")  # type: ignore[arg-type]
+        assert release is not None and release.tested is tested, phase
 
 
 def test_an_aborted_action_is_neither_a_failure_nor_retried() -> None:
