@@ -171,6 +171,9 @@ async def _reconcile(
             outcome = await act(dataclasses.replace(ctx, take_back=taking_back(rt, cr, taken)))
             if must_test and outcome.phase == "ready" and outcome.release and not outcome.release.tested:
                 said = f"{outcome.message}; its tests run next"  # the TEST action, on the next look
+                if attempts.digest == target.digest and attempts.failures > 0 and attempts.reason:
+                    # A retry of a failing change: still failing, and why (what a rollout's wave shows).
+                    said += f" (try {attempts.failures + 1}; the last failed: {attempts.reason})"
                 outcome = dataclasses.replace(
                     outcome, phase="progressing", reason=Reason.TEST_PENDING, message=said
                 )
