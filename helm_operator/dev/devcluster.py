@@ -40,6 +40,7 @@ from helm_operator.dev.tools import Toolchain
 log = logging.getLogger(__name__)
 
 OWNER_FILE = "owner.pid"
+STAGING_PREFIX = "."  # a folder being made, named .<cluster>.<pid> until its owner is in it
 SERVICE_RANGE = "10.96.0.0/16"  # room for every Service a benchmark at N = 1000 (and more) creates
 
 
@@ -185,10 +186,7 @@ class DevCluster:
         if self.real_node is not None:
             self.real_node.require()
         reap_orphans()
-        if self.root.exists():
-            raise ClusterError(f"cluster directory {self.root} already exists; is '{self.name}' running?")
-        self.root.mkdir(parents=True)
-        (self.root / OWNER_FILE).write_text(str(os.getpid()))
+        self._claim()
         try:
             with starting_alone() as waited:
                 if waited > 1:
@@ -200,6 +198,22 @@ class DevCluster:
             self.stop()
             raise
         return self
+
+    def _claim(self) -> None:
+        """Make the cluster's folder with its owner already written in it. Every start reaps first,
+        and the parts of a test run start at the same moment: a folder seen before its owner file
+        was written looked orphaned, and another process's reaping removed it from under its start."""
+        taken = ClusterError(f"cluster directory {self.root} already exists; is '{self.name}' running?")
+        if self.root.exists():
+            raise taken
+        staging = self.root.with_name(f"{STAGING_PREFIX}{self.name}.{os.getpid()}")
+        staging.mkdir(parents=True)
+        (staging / OWNER_FILE).write_text(str(os.getpid()))
+        try:
+            staging.rename(self.root)  # atomic; refused if another start took the name meanwhile
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise taken from None
 
     def _create(self, timeout: float) -> None:
         """Create the control plane and its fake nodes, and wait until they are Ready."""
@@ -388,6 +402,11 @@ def reap_orphans() -> list[str]:
         return reaped
     for root in base.iterdir():
         if not root.is_dir():
+            continue
+        if root.name.startswith(STAGING_PREFIX):  # a start's folder before it is named
+            pid_text = root.name.rpartition(".")[2]
+            if pid_text.isdigit() and not pid_alive(int(pid_text)):
+                shutil.rmtree(root, ignore_errors=True)
             continue
         owner = root / OWNER_FILE
         try:
