@@ -7,11 +7,13 @@ operator's configuration, upgrading the operator or annotating the resource trie
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from helm_operator.core.conditions import parse_rfc3339, rfc3339
+from helm_operator.core.vocabulary import Reason
 from helm_operator.release.outcome import Outcome
 
 
@@ -51,6 +53,16 @@ def next_attempts(previous: Attempts, outcome: Outcome, now: float, context: str
     if outcome.phase == "ready":
         return Attempts()
     return previous
+
+
+def awaiting_tests(applied: Outcome, previous: Attempts, digest: str | None) -> Outcome:
+    """A change Helm applied whose chart tests run next: in progress, not ready. When it retries a
+    change that failed, it says which try this is and why the last one failed: a rollout that halts
+    meanwhile lists its members' messages, and "its tests run next" alone hides the failure."""
+    said = f"{applied.message}; its tests run next"
+    if previous.digest == digest and previous.failures > 0 and previous.reason:
+        said += f" (try {previous.failures + 1}; the last failed: {previous.reason})"
+    return dataclasses.replace(applied, phase="progressing", reason=Reason.TEST_PENDING, message=said)
 
 
 def attempts_to_status(a: Attempts) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from helm_operator.core.vocabulary import ConditionType, Event, EventType, Reaso
 from helm_operator.drift.check import DriftReport
 from helm_operator.hooks.day2 import Day2, HookResult
 from helm_operator.hooks.registry import Stage
-from helm_operator.release.attempts import Attempts, attempts_from_status, next_attempts
+from helm_operator.release.attempts import Attempts, attempts_from_status, awaiting_tests, next_attempts
 from helm_operator.release.outcome import Outcome, Phase
 from helm_operator.release.record import StoredRelease
 from helm_operator.release.state import Action, Drift, Plan, ReleaseState, determine_state, plan
@@ -170,13 +170,7 @@ async def _reconcile(
             ctx = ActionContext(rt.helm, rt.kube, target, release, scopes, abort)
             outcome = await act(dataclasses.replace(ctx, take_back=taking_back(rt, cr, taken)))
             if must_test and outcome.phase == "ready" and outcome.release and not outcome.release.tested:
-                said = f"{outcome.message}; its tests run next"  # the TEST action, on the next look
-                if attempts.digest == target.digest and attempts.failures > 0 and attempts.reason:
-                    # A retry of a failing change: still failing, and why (what a rollout's wave shows).
-                    said += f" (try {attempts.failures + 1}; the last failed: {attempts.reason})"
-                outcome = dataclasses.replace(
-                    outcome, phase="progressing", reason=Reason.TEST_PENDING, message=said
-                )
+                outcome = awaiting_tests(outcome, attempts, target.digest)  # tested on the next look
         found = taken[-1] if taken else found
         if rt.releases is not None:
             rt.releases.forget(ident.namespace, ident.name)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import replace
 from typing import Any
@@ -7,7 +8,9 @@ from typing import Any
 import pytest
 
 from helm_operator.core.naming import DIGEST_LABEL, OWNER_LABEL, REVISION_LABEL, owner_id, release_name
-from helm_operator.release.attempts import Attempts
+from helm_operator.core.vocabulary import Reason
+from helm_operator.release.attempts import Attempts, awaiting_tests
+from helm_operator.release.outcome import Outcome
 from helm_operator.release.record import StoredRelease, from_body, passed_its_tests
 from helm_operator.release.state import (
     Action,
@@ -324,3 +327,18 @@ def test_a_rollback_backs_off_and_a_permanent_failure_is_given_up_on() -> None:
     assert _plan(ReleaseState.FAILED, failed, once, now=5000.0) is Action.ROLLBACK
     many = Attempts(DIGEST, failures=RetryPolicy().max_failures, last_attempt=1000.0)
     assert _plan(ReleaseState.FAILED, failed, many, now=5000.0) is Action.GIVE_UP
+
+
+def test_a_change_whose_tests_run_next_is_in_progress_and_a_retry_says_why_the_last_try_failed() -> None:
+    applied = Outcome(
+        "ready", Reason.UPGRADE_SUCCEEDED, "upgraded to revision 4", action="upgrade", digest="d2"
+    )
+    first = awaiting_tests(applied, Attempts(), "d2")
+    assert (first.phase, first.reason) == ("progressing", Reason.TEST_PENDING)
+    assert first.message == "upgraded to revision 4; its tests run next"
+    failed_twice = Attempts("d2", 2, 0.0, False, "test", "TestFailed")
+    retry = awaiting_tests(applied, failed_twice, "d2")
+    assert retry.message == "upgraded to revision 4; its tests run next (try 3; the last failed: TestFailed)"
+    # Failures of another change (an earlier spec) are not this change's.
+    other = awaiting_tests(applied, dataclasses.replace(failed_twice, digest="d1"), "d2")
+    assert other.message == first.message
