@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 import yaml
 
 from helm_operator.config.sharding import SHARD_LABEL
+from helm_operator.core import manifest_yaml
 from helm_operator.core.lease import Gate, LeaseLost, open_gate
 from helm_operator.core.naming import OWNER_LABEL
 from helm_operator.core.tenancy import Scopes, TenantRules, namespaced, scopes_with_crds, violations
@@ -46,8 +47,8 @@ log = logging.getLogger(__name__)
 
 NAME = "helm-operator-postrender"
 EXIT_VIOLATION = 3
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: several x faster
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Loader = manifest_yaml.Loader  # libyaml when built with it, tags remembered: several x faster
+_Dumper = manifest_yaml.Dumper
 
 # Where a kind keeps the template of the Pods it creates. A plain Job is left out: its template is
 # immutable, so labelling the template of a Job an earlier release created would fail the upgrade

@@ -27,6 +27,7 @@ from helm_operator.adapters.kube import Kube
 from helm_operator.adapters.metrics import DRIFT_CORRECTIONS, DRIFT_DETECTED
 from helm_operator.config.maintenance import WindowError
 from helm_operator.config.watches import Watch
+from helm_operator.core import manifest_yaml
 from helm_operator.core.conditions import Contribution, Owner
 from helm_operator.core.naming import DRIFT_ANNOTATION, WINDOWS_ANNOTATION
 from helm_operator.core.vocabulary import Condition, ConditionType, Event, Reason
@@ -74,7 +75,7 @@ class DriftReport:
         return Drift(self.mode, len(self.drifts))
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where available: 10x faster
+_LOADER = manifest_yaml.Loader  # libyaml where available, tags remembered: 10x faster
 _Revision = tuple[str, str, int]  # (namespace, release, revision)
 _PARSED: OrderedDict[_Revision, list[dict[str, Any]]] = OrderedDict()
 _PARSED_MAX = 512  # whole objects: ~10 KiB a release; one revision each (its newest parsed)
