@@ -45,15 +45,21 @@ class Reporter:
         ref: ObjectRef,
         plural: str,
         patch_of: Callable[[Mapping[str, Any]], StatusPatch | None],
+        read: Mapping[str, Any] | None = None,
     ) -> bool:
         """Write a status patch composed on the resource as it is now, for a writer outside the
         release's lock: a merge patch replaces a list (``conditions``) whole, so one composed on
         an older read would put back what another writer changed since. Read, compose
         (``patch_of(body)``; None: nothing to write), merge on the condition that nothing wrote
         the resource in between (its resourceVersion), and on a conflict read and compose again.
+        ``read``: the resource as the caller has just read it (with its resourceVersion), composed
+        on first instead of reading it again: a write in between only costs the conflict's read.
         False if the resource is gone."""
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            body = await asyncio.to_thread(self.kube.get_custom, ref, plural)
+            if attempt == 1 and read is not None and (read.get("metadata") or {}).get("resourceVersion"):
+                body: Mapping[str, Any] | None = read
+            else:
+                body = await asyncio.to_thread(self.kube.get_custom, ref, plural)
             if body is None:
                 return False
             patch = patch_of(body)

@@ -276,7 +276,8 @@ class DriftScheduler:
                 changed = corrected or patch.get("conditions", conditions) != conditions
                 return patch if changed else None  # corrected: replace "Correcting"
 
-            await self.checker.reporter.compose(ref, watch.served_plural, patch_of)
+            # On the body read above: only a write since then costs another read (a conflict).
+            await self.checker.reporter.compose(ref, watch.served_plural, patch_of, read=body)
 
 
 def running(body: Mapping[str, Any]) -> int:

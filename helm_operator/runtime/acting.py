@@ -55,7 +55,9 @@ async def progress_announced(rt: Runtime, cr: Resource, p: Plan) -> AsyncIterato
                 now.get("status") or {}, p.action.value, p.reason, cr.generation, time.time()
             )
 
-        await rt.reporter.compose(ref, cr.watch.served_plural, patch_of)
+        # On the resource as this reconcile read it: a write since then costs a conflict's read.
+        read = {"metadata": {"resourceVersion": cr.resource_version}, "status": cr.status}
+        await rt.reporter.compose(ref, cr.watch.served_plural, patch_of, read=read)
 
     task = asyncio.get_running_loop().create_task(announce())
     try:

@@ -51,6 +51,7 @@ class Resource:
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
     annotations: Mapping[str, str]
+    resource_version: str | None = None  # of what was read: a status composed on it is guarded
 
     @property
     def ident(self) -> ReleaseId:

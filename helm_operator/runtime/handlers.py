@@ -221,6 +221,7 @@ class Handlers:
             dict(spec),
             dict(status),
             dict(meta.annotations),
+            meta.get("resourceVersion"),
         )
 
     async def change(

@@ -35,7 +35,7 @@ class _Reporter:
         self.patches.append(patch)
         return True
 
-    async def compose(self, ref: Any, plural: str, patch_of: Any) -> bool:
+    async def compose(self, ref: Any, plural: str, patch_of: Any, read: Any = None) -> bool:
         patch = patch_of({"metadata": {"resourceVersion": "1"}, "status": {"conditions": []}})
         if patch:
             self.patches.append(patch)

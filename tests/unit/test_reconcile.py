@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from helm_operator.adapters.helm import Applied, HelmError
+from helm_operator.adapters.helm import Applied, HelmError, classify
 from helm_operator.adapters.release_index import ReleaseIndex
 from helm_operator.adapters.storage import decode_release, encode_release
 from helm_operator.config.charts import ChartRef
@@ -126,7 +126,7 @@ class Reporter:
         self.patches.append(dict(patch))
         return True
 
-    async def compose(self, ref: Any, plural: str, patch_of: Any) -> bool:
+    async def compose(self, ref: Any, plural: str, patch_of: Any, read: Any = None) -> bool:
         patch = patch_of({"metadata": {"resourceVersion": "1"}, "status": {}})
         return await self.status(ref, plural, patch) if patch else True
 
@@ -180,6 +180,32 @@ def test_an_interrupted_upgrade_is_unlocked_and_upgraded_once() -> None:
     assert [e[1] for e in result.events] == ["Unlocked", "UpgradeSucceeded"]
     assert helm.calls == ["upgrade", "upgrade"]  # no rollback in between
     assert [r.status for r in helm.storage.revisions] == ["superseded", "failed", "deployed"]
+
+
+# What the API server tells Helm once the namespace's deletion has begun (Helm's first write fails).
+ENDING = (
+    'create: failed to create: secrets "sh.helm.release.v1.t.v1" is forbidden: unable to create new '
+    "content in namespace ns because it is being terminated"
+)
+
+
+def test_a_namespace_being_deleted_stops_the_action_without_cleanup_rollback_or_retry() -> None:
+    helm = FakeHelm(Storage(), fail=HelmError(classify(ENDING), ENDING))
+    rt = runtime(helm)
+    stopped = run(rt, cr({"message": "one"}))
+    assert (stopped.outcome.phase, stopped.outcome.reason, stopped.retry_after) == (
+        "progressing",
+        "Cancelled",
+        None,
+    )
+    assert stopped.outcome.message == "install stopped: namespace ns is being deleted"
+    assert helm.calls == ["upgrade"]  # no uninstall of debris: the release record was never written
+    helm.fail, helm.storage.revisions = None, []
+    run(rt, cr({"message": "one"}))
+    helm.fail = HelmError(classify(ENDING), ENDING)
+    stopped = run(rt, cr({"message": "two"}, generation=2))
+    assert (stopped.outcome.reason, stopped.retry_after) == ("Cancelled", None)
+    assert helm.calls == ["upgrade", "upgrade", "upgrade"]  # no rollback either
 
 
 def test_failures_back_off_then_give_up_keeping_the_reason() -> None:

@@ -64,3 +64,44 @@ def test_nothing_to_say_writes_nothing() -> None:
     kube = _Kube()
     assert asyncio.run(Reporter(kube).compose(REF, "hookeds", lambda body: None))  # type: ignore[arg-type]
     assert kube.written == []
+
+
+class _Counting(_Kube):
+    """No writer between the caller's read and the write (``stale``: the reconcile wrote since)."""
+
+    def __init__(self, stale: bool = False) -> None:
+        super().__init__()
+        self.reads = 0
+        if stale:
+            self.version, self.conditions = 2, [{"type": "Ready", "status": "True"}]
+
+    def get_custom(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
+        self.reads += 1
+        return {
+            "metadata": {"resourceVersion": str(self.version)},
+            "status": {"conditions": list(self.conditions)},
+        }
+
+
+_READ = {
+    "metadata": {"resourceVersion": "1"},
+    "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+}
+
+
+def test_a_body_the_caller_just_read_is_composed_on_without_reading_it_again() -> None:
+    kube = _Counting()
+    assert asyncio.run(Reporter(kube).compose(REF, "hookeds", _day2_beside, read=_READ))  # type: ignore[arg-type]
+    assert kube.reads == 0
+    assert kube.written == [
+        ("1", {"conditions": [{"type": "Ready", "status": "False"}, {"type": "Day2", "status": "False"}]})
+    ]
+
+
+def test_a_body_read_before_another_writer_costs_one_read_and_never_undoes_that_write() -> None:
+    kube = _Counting(stale=True)
+    assert asyncio.run(Reporter(kube).compose(REF, "hookeds", _day2_beside, read=_READ))  # type: ignore[arg-type]
+    assert kube.reads == 1
+    assert kube.written == [
+        ("2", {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Day2", "status": "False"}]})
+    ]
