@@ -97,6 +97,8 @@ def classify(text: str, exc: errors.Error | None = None) -> Reason:
     for reason in TENANT_REASONS:
         if f"helm-operator: {reason}:" in text:
             return reason
+    if "because it is being terminated" in low:  # the API server: no new objects in a namespace going away
+        return Reason.CANCELLED
     if "invalid ownership metadata" in low or "cannot be imported into the current release" in low:
         return Reason.OWNERSHIP_CONFLICT
     if "too long: must have at most 1048576 bytes" in low or "request entity too large" in low:

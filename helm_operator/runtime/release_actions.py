@@ -140,6 +140,20 @@ def _aborted(action: str, t: Target) -> Outcome:
     )
 
 
+def _ending(exc: HelmError) -> bool:
+    """Helm was refused because the namespace is being deleted, the resource with it: Helm's first
+    write (the release record) is what failed, so there is nothing to clean up or roll back, and
+    nothing to try again (the deletion is finished by the delete handler or the namespace sweep)."""
+    return exc.reason is Reason.CANCELLED and "being terminated" in exc.message
+
+
+def _namespace_ending(action: str, t: Target) -> Outcome:
+    ns = t.ident.namespace
+    return Outcome(
+        "progressing", Reason.CANCELLED, f"{action} stopped: namespace {ns} is being deleted", digest=t.digest
+    )
+
+
 async def install(ctx: ActionContext) -> Outcome:
     t = ctx.target
     try:
@@ -149,6 +163,8 @@ async def install(ctx: ActionContext) -> Outcome:
     except HelmError as exc:
         if exc.reason in PERMANENT_REASONS:
             return _permanent(exc, "install", t)
+        if _ending(exc):
+            return _namespace_ending("install", t)
         # Leave nothing half-installed behind: the next attempt starts clean.
         try:
             await ctx.helm.uninstall(t.ident.name, t.ident.namespace, timeout=t.watch.timeout, wait=False)
@@ -178,6 +194,8 @@ async def upgrade(ctx: ActionContext) -> Outcome:
     except HelmError as exc:
         if exc.reason in PERMANENT_REASONS:
             return _permanent(exc, "upgrade", t)
+        if _ending(exc):
+            return _namespace_ending("upgrade", t)
         remediation = None
         if t.watch.rollback_on_failure and before is not None and before.ever_deployed:
             remediation = await _rollback(ctx)
