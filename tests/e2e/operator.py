@@ -290,8 +290,11 @@ class Resources:
         out = self.cluster.kubectl("get", kind, name, "-n", self.ns, "-o", "json", check=False)
         return json.loads(out.stdout) if out.returncode == 0 else None
 
-    def condition(self, kind: str, name: str, ctype: str) -> dict[str, Any]:
-        obj = self.get(kind, name) or {}
+    def condition(
+        self, kind: str, name: str, ctype: str, obj: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The condition ``ctype`` of the resource (of ``obj`` when the caller has just read it)."""
+        obj = self.get(kind, name) or {} if obj is None else obj
         for c in (obj.get("status") or {}).get("conditions", []):
             if c["type"] == ctype:
                 return dict(c)
@@ -307,8 +310,8 @@ class Resources:
         generation: bool = True,
     ) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
-            obj = self.get(kind, name) or {}
-            c = self.condition(kind, name, ctype)
+            obj = self.get(kind, name) or {}  # one read a look: the condition and the generation agree
+            c = self.condition(kind, name, ctype, obj)
             if c.get("status") != status:
                 return None
             if generation and c.get("observedGeneration") != obj.get("metadata", {}).get("generation"):
