@@ -140,11 +140,13 @@ def _aborted(action: str, t: Target) -> Outcome:
     )
 
 
-def _ending(exc: HelmError) -> bool:
-    """Helm was refused because the namespace is being deleted, the resource with it: Helm's first
-    write (the release record) is what failed, so there is nothing to clean up or roll back, and
-    nothing to try again (the deletion is finished by the delete handler or the namespace sweep)."""
-    return exc.reason is Reason.CANCELLED and "being terminated" in exc.message
+def _ending(exc: HelmError, t: Target) -> bool:
+    """Helm was refused because the release's namespace is being deleted, the resource with it:
+    Helm's first write (the release record) is what failed, so there is nothing to clean up or roll
+    back, and nothing to try again (the deletion is finished by the delete handler or the namespace
+    sweep). Another namespace being deleted (an object the chart puts there) is a plain failure."""
+    ending = f"in namespace {t.ident.namespace} because it is being terminated"
+    return exc.reason is Reason.CANCELLED and ending in exc.message
 
 
 def _namespace_ending(action: str, t: Target) -> Outcome:
@@ -163,7 +165,7 @@ async def install(ctx: ActionContext) -> Outcome:
     except HelmError as exc:
         if exc.reason in PERMANENT_REASONS:
             return _permanent(exc, "install", t)
-        if _ending(exc):
+        if _ending(exc, t):
             return _namespace_ending("install", t)
         # Leave nothing half-installed behind: the next attempt starts clean.
         try:
@@ -194,7 +196,7 @@ async def upgrade(ctx: ActionContext) -> Outcome:
     except HelmError as exc:
         if exc.reason in PERMANENT_REASONS:
             return _permanent(exc, "upgrade", t)
-        if _ending(exc):
+        if _ending(exc, t):
             return _namespace_ending("upgrade", t)
         remediation = None
         if t.watch.rollback_on_failure and before is not None and before.ever_deployed:

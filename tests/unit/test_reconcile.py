@@ -206,6 +206,15 @@ def test_a_namespace_being_deleted_stops_the_action_without_cleanup_rollback_or_
     stopped = run(rt, cr({"message": "two"}, generation=2))
     assert (stopped.outcome.reason, stopped.retry_after) == ("Cancelled", None)
     assert helm.calls == ["upgrade", "upgrade", "upgrade"]  # no rollback either
+    # Another namespace going away (an object the chart puts there) fails the upgrade as any other.
+    elsewhere = ENDING.replace("namespace ns ", "namespace other ")
+    helm.fail = HelmError(classify(elsewhere), elsewhere)
+    failed = run(rt, cr({"message": "three"}, generation=3))
+    assert (failed.outcome.phase, failed.outcome.reason, helm.calls[-2:]) == (
+        "failed",
+        "UpgradeFailed",
+        ["upgrade", "rollback"],  # to the last good revision
+    )
 
 
 def test_failures_back_off_then_give_up_keeping_the_reason() -> None:
