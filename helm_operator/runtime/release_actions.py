@@ -134,10 +134,8 @@ def _succeeded(action: str, reason: Reason, done: str, rel: StoredRelease | None
     )
 
 
-def _aborted(action: str, t: Target) -> Outcome:
-    return Outcome(
-        "progressing", Reason.CANCELLED, f"{action} stopped: the resource is being deleted", digest=t.digest
-    )
+def _aborted(action: str, t: Target, why: str = "the resource is being deleted") -> Outcome:
+    return Outcome("progressing", Reason.CANCELLED, f"{action} stopped: {why}", digest=t.digest)
 
 
 def _ending(exc: HelmError, t: Target) -> bool:
@@ -147,13 +145,6 @@ def _ending(exc: HelmError, t: Target) -> bool:
     sweep). Another namespace being deleted (an object the chart puts there) is a plain failure."""
     ending = f"in namespace {t.ident.namespace} because it is being terminated"
     return exc.reason is Reason.CANCELLED and ending in exc.message
-
-
-def _namespace_ending(action: str, t: Target) -> Outcome:
-    ns = t.ident.namespace
-    return Outcome(
-        "progressing", Reason.CANCELLED, f"{action} stopped: namespace {ns} is being deleted", digest=t.digest
-    )
 
 
 async def install(ctx: ActionContext) -> Outcome:
@@ -166,7 +157,7 @@ async def install(ctx: ActionContext) -> Outcome:
         if exc.reason in PERMANENT_REASONS:
             return _permanent(exc, "install", t)
         if _ending(exc, t):
-            return _namespace_ending("install", t)
+            return _aborted("install", t, f"namespace {t.ident.namespace} is being deleted")
         # Leave nothing half-installed behind: the next attempt starts clean.
         try:
             await ctx.helm.uninstall(t.ident.name, t.ident.namespace, timeout=t.watch.timeout, wait=False)
@@ -197,7 +188,7 @@ async def upgrade(ctx: ActionContext) -> Outcome:
         if exc.reason in PERMANENT_REASONS:
             return _permanent(exc, "upgrade", t)
         if _ending(exc, t):
-            return _namespace_ending("upgrade", t)
+            return _aborted("upgrade", t, f"namespace {t.ident.namespace} is being deleted")
         remediation = None
         if t.watch.rollback_on_failure and before is not None and before.ever_deployed:
             remediation = await _rollback(ctx)
