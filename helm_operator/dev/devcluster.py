@@ -33,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from helm_operator.dev.kubeget import InProcessGet
 from helm_operator.dev.procs import kill_all, pid_alive, pids_referencing
 from helm_operator.dev.realnode import RealNode
 from helm_operator.dev.tools import Toolchain
@@ -161,6 +162,7 @@ class DevCluster:
         self.owned = True
         self.real_node = RealNode(self.root, self.kubeconfig, self.tools) if real_node else None
         self._images = images
+        self._reads: tuple[tuple[Path, int], InProcessGet] | None = None  # for the kubeconfig as it is
 
     @classmethod
     def attach(cls, kubeconfig: str | Path, tools: Toolchain | None = None) -> DevCluster:
@@ -334,6 +336,13 @@ class DevCluster:
     def kubectl(
         self, *args: str, check: bool = True, timeout: float = 60, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """kubectl against this cluster: a plain ``get … -o json`` is answered in this process
+        (``kubeget``), the rest by a kubectl process."""
+        if args[:1] == ("get",) and input is None:
+            reads = self._in_process()
+            answered = reads.answer(args, timeout, check) if reads is not None else None
+            if answered is not None:
+                return answered
         return subprocess.run(
             [str(self.tools.kubectl), *args],
             env=self.env,
@@ -343,6 +352,16 @@ class DevCluster:
             timeout=timeout,
             input=input,
         )
+
+    def _in_process(self) -> InProcessGet | None:
+        """The in-process reader for the kubeconfig as it is now (a restart may rewrite it)."""
+        try:
+            stamp = (self.kubeconfig, self.kubeconfig.stat().st_mtime_ns)
+        except OSError:
+            return None
+        if self._reads is None or self._reads[0] != stamp:
+            self._reads = (stamp, InProcessGet(self.kubeconfig))
+        return self._reads[1]
 
     def _kwokctl(self, *args: str, timeout: float, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {

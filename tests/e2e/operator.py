@@ -345,7 +345,7 @@ class Resources:
         self.cluster.kubectl("delete", kind, name, "-n", self.ns, f"--wait={str(wait).lower()}", timeout=180)
 
     def exists(self, kind: str, name: str) -> bool:
-        return self.cluster.kubectl("get", kind, name, "-n", self.ns, check=False).returncode == 0
+        return self.get(kind, name) is not None
 
 
 def simple_crd(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from helm_operator.dev.devcluster import DevCluster
@@ -122,3 +123,36 @@ def test_helm_version_matches_pin(helm: Helm, tools: Toolchain) -> None:
     pin = tools.pins["HELM4" if helm.binary == tools.helm else "HELM3"]
     assert helm("version", "--short").stdout.startswith(pin)  # e.g. "v4.3.1+g…"
     assert helm.major == int(pin[1])
+
+
+def test_reads_answered_in_process_are_what_kubectl_prints(cluster: DevCluster, namespace: str) -> None:
+    """The suite's plain ``get -o json`` never starts kubectl: the answer must be kubectl's own
+    (its output less what it hides, its exit status and words for a missing object)."""
+    cluster.kubectl("create", "configmap", "one", "-n", namespace, "--from-literal=k=v")
+    forms = [
+        ("configmap", "one", "-n", namespace, "-o", "json"),
+        ("cm/one", "-n", namespace, "-o", "json"),
+        ("configmaps", "-n", namespace, "-o", "json"),
+        ("configmaps.v1.", "one", "-n", namespace, "-o", "json"),  # not a form served: kubectl's
+        ("namespace", namespace, "-o", "json"),
+        ("customresourcedefinitions", "-o", "json"),
+        ("configmaps", "-A", "-l", "nothing-has=this", "-o", "json"),
+        ("events", "-n", namespace, "--field-selector", "involvedObject.name=one", "-o", "json"),
+        ("configmap", "missing", "-n", namespace, "-o", "json"),
+    ]
+    served = 0
+    for form in forms:
+        args = ("get", *form)
+        answered = cluster._in_process().answer(args, 30, check=False)  # type: ignore[union-attr]
+        printed = subprocess.run(
+            [str(cluster.tools.kubectl), *args], env=cluster.env, text=True, capture_output=True
+        )
+        if answered is None:
+            continue
+        served += 1
+        assert answered.returncode == printed.returncode, (form, answered.stderr, printed.stderr)
+        if printed.returncode:
+            assert answered.stderr == printed.stderr, form
+        else:
+            assert json.loads(answered.stdout) == json.loads(printed.stdout), form
+    assert served == len(forms) - 1

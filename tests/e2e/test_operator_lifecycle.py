@@ -361,7 +361,7 @@ def test_namespace_deleted_while_operator_down_is_released(
         )
         operator.start()
         eventually(
-            lambda: cluster.kubectl("get", "namespace", ns, check=False).returncode != 0,
+            lambda: cluster.kubectl("get", "namespace", ns, "-o", "json", check=False).returncode != 0,
             timeout=90,
             what="namespace deleted",
         )

@@ -110,7 +110,7 @@ def test_namespace_deleted_while_down_takes_the_cluster_scoped_objects_along(
         second.start()
 
         eventually(
-            lambda: cluster.kubectl("get", "namespace", ns, check=False).returncode != 0,
+            lambda: cluster.kubectl("get", "namespace", ns, "-o", "json", check=False).returncode != 0,
             timeout=120,
             what=f"namespace {ns} deleted",
         )
