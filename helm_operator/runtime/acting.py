@@ -29,6 +29,9 @@ from helm_operator.runtime.services import Runtime
 log = logging.getLogger(__name__)
 
 DELETION_POLL = 2.0  # seconds between checks for a deletion while a Helm action runs (a GET each)
+# The first check: most actions without a wait end before it, and read nothing (a deletion meanwhile
+# is handled once they end, as one that arrives just after).
+DELETION_FIRST = 4.0
 PROGRESS_GRACE = 3.0  # an action still running after this long is announced on the status
 
 
@@ -123,8 +126,10 @@ async def deletion_watch(rt: Runtime, cr: Resource) -> AsyncIterator[asyncio.Eve
     ref = ObjectRef(cr.watch.api_version, cr.watch.kind, cr.name, cr.namespace)
 
     async def poll() -> None:
+        pause = DELETION_FIRST
         while not abort.is_set():
-            await asyncio.sleep(DELETION_POLL)
+            await asyncio.sleep(pause)
+            pause = DELETION_POLL
             try:
                 body = await asyncio.to_thread(rt.kube.get_custom, ref, cr.watch.served_plural)
             except Exception:  # an API hiccup is not a deletion

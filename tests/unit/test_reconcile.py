@@ -5,10 +5,14 @@ writer. The e2e tests remain the truth for helm and the API server themselves.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from helm_operator.adapters.helm import Applied, HelmError, classify
 from helm_operator.adapters.release_index import ReleaseIndex
@@ -509,3 +513,35 @@ def test_an_action_asked_of_a_kind_without_hooks_is_warned_about_once_per_reques
     assert len(asked("switchover=t-1")) == 1
     assert asked(None) == [] and told == {identify(WATCH, "ns", "t").key: ""}
     assert len(asked("switchover=t-1")) == 1  # asked again after it was removed
+
+
+def test_a_short_action_reads_nothing_for_a_deletion_and_a_long_one_sees_it(monkeypatch: Any) -> None:
+    from helm_operator.runtime.acting import deletion_watch
+
+    monkeypatch.setattr("helm_operator.runtime.acting.DELETION_FIRST", 0.3)
+    monkeypatch.setattr("helm_operator.runtime.acting.DELETION_POLL", 0.05)
+    reads: list[float] = []
+    deleted: dict[str, Any] = {}
+
+    def get_custom(ref: Any, plural: str) -> dict[str, Any]:
+        reads.append(time.monotonic())
+        return {"metadata": dict(deleted)}
+
+    rt = runtime(FakeHelm(Storage()))
+    rt.kube = SimpleNamespace(get_custom=get_custom)  # type: ignore[assignment]
+
+    async def action(seconds: float, delete_after: float | None = None) -> tuple[bool, float]:
+        began = time.monotonic()
+        async with deletion_watch(rt, cr({})) as abort:
+            if delete_after is not None:
+                await asyncio.sleep(delete_after)
+                deleted["deletionTimestamp"] = "now"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(abort.wait(), seconds)
+        return abort.is_set(), time.monotonic() - began
+
+    assert asyncio.run(action(0.1)) == (False, pytest.approx(0.1, abs=0.08))
+    assert reads == []  # over before the first look
+    seen, after = asyncio.run(action(5.0, delete_after=0.4))
+    assert seen and 0.4 <= after < 1.0  # the first look at 0.3 s, then every 0.05 s
+    assert len(reads) >= 2
