@@ -36,7 +36,7 @@ class Query:
 
     resource: str  # as typed: plural, singular, kind, short name, optionally ``.version.group``
     name: str | None
-    namespace: str | None  # None: the kubeconfig's default, "default"
+    namespace: str | None  # None: the kubeconfig context's (a namespaced kind then goes to kubectl)
     all_namespaces: bool = False
     labels: str | None = None
     fields: str | None = None
