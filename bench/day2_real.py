@@ -83,7 +83,7 @@ from tests.e2e.test_real_postgres import (
     sql,
     unavailable,
     wait_replicating,
-    written_again,
+    writes_back,
 )
 
 # 256 random hex characters a row: about as compressible as real text (gzip halves it), not a
@@ -168,9 +168,10 @@ def windows(res: Resources, name: str, trials: int, how: str) -> list[float]:
 
         new = eventually(moved, timeout=180, interval=0.5, what=f"a new primary after {how} {i + 1}")
         seen = time.time()
-        eventually(lambda t=started, s=seen: written_again(_log(res, "writer"), t, s),
-                   timeout=180, what=f"writes through the Service after {how} {i + 1}")  # fmt: skip
-        _, _, gap = unavailable(_log(res, "writer"), started)
+        writes = writes_back(
+            res, "writer", started, seen, f"writes through the Service after {how} {i + 1}", 180
+        )
+        _, _, gap = unavailable(writes, started)
         print(f"  {how} {i + 1}: {old} -> {new}, writes unavailable {gap:.2f}s", flush=True)
         out.append(gap)
     if how == "stop":  # the last stopped primary rejoins before the next kind of trial
@@ -436,10 +437,11 @@ def pg_version(res: Resources, args: argparse.Namespace, result: dict[str, Any])
         took = time.time() - started
         new = str(day2(res, name)["currentPrimary"])
         done_at = started + took
-        eventually(lambda t=done_at: any(w[1] == "ok" and float(w[0]) > t for w in _log(res, "ver-writer")),
-                   timeout=60)  # fmt: skip
-        writes = [w for w in _log(res, "ver-writer") if float(w[0]) >= started]
-        _, _, gap = unavailable(_log(res, "ver-writer"), started)
+        settled = writes_back(
+            res, "ver-writer", started, done_at, f"writes after the change to {version}", 60
+        )
+        writes = [w for w in settled if float(w[0]) >= started]
+        _, _, gap = unavailable(settled, started)
         failed = sum(1 for w in writes if w[1] == "fail")
         rate = len(writes) / max(float(writes[-1][0]) - started, 1e-9)
         print(f"  pg version -> {version}: {took:.0f}s, {old} -> {new}, unavailable {gap:.2f}s, "

@@ -53,6 +53,7 @@ from tests.e2e.test_real_postgres import (
     sql,
     two_writable,
     unavailable,
+    writes_back,
     written_again,
 )
 
@@ -218,14 +219,14 @@ def trial(res: Resources, kind: str, number: int, wait: float, keep: bool = Fals
         return old if _resumed(writes, began) or confirmed else None
 
     new: str | None = None
+    writes: list[list[str]] = []  # the writer's log once writes came back (the window closed)
     redundant: float | None = None
     try:
         if note:
             raise AssertionError(note)
         new = eventually(settled, timeout=wait, interval=0.5, what=f"{kind} {number}: a primary")
         seen = time.time()
-        eventually(lambda: written_again(_log(res, "writer"), began, seen), timeout=wait,
-                   what=f"{kind} {number}: writes through the Service")  # fmt: skip
+        writes = writes_back(res, "writer", began, seen, f"{kind} {number}: writes through the Service", wait)
         eventually(lambda: _streaming(res, str(new)) == 2, timeout=wait, interval=0.2,
                    what=f"{kind} {number}: both standbys streaming")  # fmt: skip
         redundant = time.time() - began
@@ -245,7 +246,7 @@ def trial(res: Resources, kind: str, number: int, wait: float, keep: bool = Fals
     lost_service, acked_service = _lost(_log(res, "writer"), stored, began - 5, ended)
     lost_direct, acked_direct = _lost(_log(res, direct), stored, began - 5, ended)
     samples = [s for s in _log(res, "observer") if began - 5 <= float(s[0]) <= ended]
-    gap = unavailable(_log(res, "writer"), began)[2] if new is not None else None
+    gap = unavailable(writes, began)[2] if writes else None
     res.delete("pod", direct, wait=False)
     out = Trial(
         kind,

@@ -76,7 +76,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         ]
         operators = made + running  # the test's own first: the closing block shows their tails first
         try:
-            text = diagnosis.gather(item.nodeid, Session.cluster, Session.helm, since, operators)
+            failure = call.excinfo.value if call.excinfo is not None else None
+            text = diagnosis.gather(item.nodeid, Session.cluster, Session.helm, since, operators, failure)
         except Exception as exc:  # the diagnosis must never hide the failure it explains
             text = f"(diagnosis failed: {type(exc).__name__}: {exc})"
         report.sections.append(("diagnosis", text))

@@ -23,7 +23,7 @@ from helm_operator.dev.devcluster import DevCluster
 from helm_operator.dev.realnode import RealNode
 
 from . import pace
-from .operator import REPO, OperatorProcess, Wait
+from .operator import REPO, OperatorProcess, Wait, said
 
 ARTIFACTS = Path(os.environ.get("HELM_OPERATOR_E2E_ARTIFACTS", REPO / ".work/e2e-artifacts"))
 TAIL = 12  # operator log lines per process in the compact diagnosis
@@ -80,10 +80,12 @@ def gather(
     helm: Path | None,
     since: float,
     operators: list[tuple[OperatorProcess, int]],
+    failure: BaseException | None = None,
 ) -> str:
     """Write the artifacts of a failed test; return the compact diagnosis. ``operators``: each
     process that served the test with the first of its starts that did (a shared one's earlier
-    starts served other tests)."""
+    starts served other tests); ``failure``: what the test raised (a failed call's own words are
+    not in its message)."""
     folder = folder_for(nodeid)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "nodeid").write_text(nodeid + "\n")
@@ -92,6 +94,8 @@ def gather(
     if Wait.what:
         error = f"; last error: {Wait.error}" if Wait.error else ""
         out.append(f"last wait: {Wait.what} ({Wait.seconds:.1f}s): last={str(Wait.last)[:300]}{error}")
+    if isinstance(failure, (subprocess.CalledProcessError, subprocess.TimeoutExpired)):
+        out.append(f"the call that failed said: {said(failure)}")
     summary = list(out)
     for i, (op, first) in enumerate(operators):
         for start in range(max(1, first), op.starts + 1):

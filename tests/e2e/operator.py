@@ -120,7 +120,7 @@ def eventually(check: Callable[[], Any], timeout: float = 90, what: str = "", in
         try:
             Wait.last = check()
         except TRANSIENT as exc:
-            Wait.error = _said(exc)
+            Wait.error = said(exc)
         else:
             if Wait.last:
                 Wait.seconds = time.monotonic() - began
@@ -136,13 +136,13 @@ def eventually(check: Callable[[], Any], timeout: float = 90, what: str = "", in
     )
 
 
-def _said(exc: BaseException) -> str:
+def said(exc: BaseException) -> str:
     """One line of what a failed call said."""
     if isinstance(exc, subprocess.CalledProcessError):
         out = exc.stderr or exc.output or ""
         text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
-        cmd = exc.cmd[0] if isinstance(exc.cmd, list) else exc.cmd
-        return f"{cmd} exit {exc.returncode}: {text.strip()[-300:]}"
+        cmd = Path(str(exc.cmd[0] if isinstance(exc.cmd, list) else exc.cmd)).name
+        return f"{cmd} exit {exc.returncode}: {' | '.join(text.strip().splitlines())[-300:]}"
     return f"{type(exc).__name__}: {str(exc)[-300:]}"
 
 

@@ -398,7 +398,11 @@ def unavailable(writes: list[list[str]], since: float) -> tuple[float, float, fl
         last_ok, back = max(pairs, key=lambda p: p[1] - p[0]) if pairs else (since, since)
         return last_ok, back, back - last_ok
     last_ok = max(float(w[0]) for w in writes if w[1] == "ok" and float(w[0]) < first_fail)
-    back = next(t for t, r in after if r == "ok" and t > first_fail)
+    back = next((t for t, r in after if r == "ok" and t > first_fail), None)
+    assert back is not None, (
+        f"no write acknowledged after the failure at {first_fail:.2f} (+{first_fail - since:.2f}s): "
+        "measure on a log taken by writes_back, in which writes have come back"
+    )
     return last_ok, back, back - last_ok
 
 
@@ -492,6 +496,21 @@ def written_again(writes: list[list[str]], since: float, promoted: float) -> boo
     return any(w[1] == "ok" and float(w[0]) > after for w in writes)
 
 
+def writes_back(
+    res: Resources, writer: str, since: float, promoted: float, what: str, timeout: float = 120
+) -> list[list[str]]:
+    """The writer's log once ``written_again`` holds in it: every failure since ``since`` has an
+    acknowledged write after it, so ``unavailable`` measures a closed window. (A log read again
+    later can end in a failure: a write still under way — its connection to the old primary — can
+    fail after writes came back.)"""
+
+    def back() -> list[list[str]] | None:
+        log = _log(res, writer)
+        return log if written_again(log, since, promoted) else None
+
+    return list(eventually(back, timeout=timeout, what=what))
+
+
 def under_writes(
     res: Resources, name: str, failover_delay: str, *, direct: bool = False, mode: str = "async", **spec: Any
 ) -> None:
@@ -537,11 +556,10 @@ def test_failover_and_switchover_with_data_never_two_writable_primaries(
             _explain(res, name)
             raise
         promoted = time.time()
-        eventually(lambda: written_again(_log(res, "writer"), started, promoted),
-                   timeout=120, what=f"writes through the Service after {how}")  # fmt: skip
+        writes = writes_back(res, "writer", started, promoted, f"writes through the Service after {how}")
         watched(res, str(new), started)
         # The window is the benchmark's to measure (bench.day2_real, bench/results/day2-real.md).
-        last_ok, back, gap = unavailable(_log(res, "writer"), started)
+        last_ok, back, gap = unavailable(writes, started)
         when = f"last ok {last_ok - started:+.2f}s, back {back - started:+.2f}s"
         print(f"{how}: {new} promoted, writes unavailable {gap:.2f}s ({when})")
         return str(new)
@@ -837,8 +855,7 @@ def test_a_version_change_restarts_the_standbys_first_and_moves_the_primary_last
     wait_replicating(res, primary, 2)
     # The writer writes through the Service again after the switchover, to the new primary, which
     # the observer has seen writable.
-    eventually(lambda: written_again(_log(res, "writer"), started, done), timeout=120,
-               what="writes through the Service after the version change")  # fmt: skip
+    settled = writes_back(res, "writer", started, done, "writes through the Service after the version change")
     watched(res, primary, started)
     time.sleep(2)
 
@@ -848,7 +865,7 @@ def test_a_version_change_restarts_the_standbys_first_and_moves_the_primary_last
     assert acknowledged <= stored, f"acknowledged writes lost: {sorted(acknowledged - stored)[:20]}"
     during = [w for w in writes if float(w[0]) >= started]
     rate = len(during) / (float(during[-1][0]) - started)
-    last_ok, back, gap = unavailable(writes, started)
+    last_ok, back, gap = unavailable(settled, started)
     failed = sum(1 for w in during if w[1] == "fail")
     # The rate and the window are the benchmark's to show (bench.day2_real --parts pg-version: 9-10
     # writes/s alone on the machine, its FAST_WRITER); printed here, not asserted.

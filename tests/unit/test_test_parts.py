@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -109,3 +110,36 @@ def test_a_resource_s_conditions_in_one_line() -> None:
         "Tiny/a (deleting; finalizers ['helm-operator.io/uninstall']): Ready=False InstallFailed: boom",
         "Tiny/b: no conditions",
     ]
+
+
+def test_a_failed_call_s_own_words_are_in_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kubectl that failed says why only on its stderr, which ``CalledProcessError``'s message
+    leaves out: the summary the closing block prints quotes it."""
+    monkeypatch.setattr(diagnosis, "ARTIFACTS", tmp_path)
+    failed = subprocess.CalledProcessError(
+        2, ["/cache/kubectl", "exec", "rs-0"], "", "psql: error: connection refused\nis the server running?\n"
+    )
+    diagnosis.gather("tests/e2e/test_x.py::test_y", None, None, 0.0, [], failed)
+    summary = (tmp_path / "test_x.py_test_y" / "summary.txt").read_text().splitlines()
+    assert summary[1] == (
+        "the call that failed said: kubectl exit 2: psql: error: connection refused | is the server running?"
+    )
+    diagnosis.gather("tests/e2e/test_x.py::test_z", None, None, 0.0, [], AssertionError("no"))
+    assert "the call that failed" not in (tmp_path / "test_x.py_test_z" / "summary.txt").read_text()
+
+
+def test_the_write_window_is_measured_only_once_writes_came_back() -> None:
+    """A write under way when writes came back (its connection to the old primary) can fail
+    after them: a log ending in that failure is not one ``written_again`` accepts, and
+    ``unavailable`` says so instead of stopping on an empty iterator."""
+    from tests.e2e.test_real_postgres import unavailable, written_again
+
+    closed = [["9.0", "ok", "1"], ["10.5", "fail"], ["11.0", "fail"], ["12.5", "ok", "2"]]
+    assert written_again(closed, 10.0, 12.0)
+    assert unavailable(closed, 10.0) == (9.0, 12.5, 3.5)
+    late = [["9.0", "ok", "1"], ["10.6", "ok", "2"], ["11.2", "fail"]]  # back at once, then one fails
+    assert not written_again(late, 10.0, 10.5)
+    with pytest.raises(AssertionError, match=r"no write acknowledged after the failure at 11.20 \(\+1.20s\)"):
+        unavailable(late, 10.0)
