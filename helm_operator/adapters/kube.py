@@ -44,21 +44,24 @@ def request_json(
     path: str,
     query: Sequence[tuple[str, str]] = (),
     headers: Mapping[str, str] | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """One raw API request and its JSON answer, for what the typed clients do not offer
-    (aggregated discovery, any kind by its path); a non-2xx answer raises ``ApiException``."""
+    (aggregated discovery, any kind by its path); a non-2xx answer raises ``ApiException`` with
+    the server's ``Status`` in its ``body``. ``timeout``: seconds for the whole request."""
     raw: Any = api
-    request = raw.param_serialize(
+    method, url, header_params, payload, post_params = raw.param_serialize(
         method,
         path,
         query_params=list(query),
         header_params=dict(headers or {}),
         auth_settings=["BearerToken"],
     )
-    resp = raw.call_api(*request)
+    resp = raw.call_api(method, url, header_params, payload, post_params, _request_timeout=timeout)
     resp.read()
     if not 200 <= resp.status <= 299:
-        raise ApiException(status=resp.status, reason=f"{method} {path}: {resp.data[:200]!r}")
+        said = bytes(resp.data).decode(errors="replace")
+        raise ApiException(status=resp.status, reason=f"{method} {path}: {said[:200]!r}", body=said)
     body: dict[str, Any] = json.loads(resp.data)
     return body
 

@@ -13,20 +13,23 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import config
+from kubernetes.client.exceptions import ApiException
+
+from helm_operator.adapters.discovery import Discovery, ServedKind
+from helm_operator.adapters.kube import request_json
+
+T = TypeVar("T")
 
 # Its own agent: audits that tell the operator's clients (kopf/, OpenAPI-Generator/) from the
 # tests' kubectl see these reads as the tests'.
 USER_AGENT = "kubectl-in-process (helm-operator dev)"
-DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-REFRESH_GAP = 1.0  # seconds: a name still unknown this soon after a refresh goes to kubectl
 MAX_AGE = 10.0  # seconds a discovery is trusted (a CRD's preferred version can change)
 
 
@@ -89,52 +92,7 @@ def parse(args: Sequence[str]) -> Query | None:
     return Query(resource, name, namespace, all_namespaces, labels, fields)
 
 
-@dataclass(frozen=True)
-class ApiResource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
-    names: frozenset[str]  # plural, singular, lower-case kind, short names
-    preferred: bool  # of its group's preferred version
-
-    def path(self, namespace: str | None, name: str | None) -> str:
-        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        scope = f"/namespaces/{namespace}" if self.namespaced and namespace is not None else ""
-        return f"{base}{scope}/{self.plural}" + (f"/{name}" if name is not None else "")
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-
-def resources_of(discovered: Sequence[dict[str, Any]]) -> list[ApiResource]:
-    """The resources of aggregated discovery documents (``/api``, ``/apis``), in their order."""
-    found = []
-    for doc in discovered:
-        for group in doc.get("items") or ():
-            name = (group.get("metadata") or {}).get("name") or ""
-            for i, version in enumerate(group.get("versions") or ()):  # the preferred one first
-                for r in version.get("resources") or ():
-                    kind = (r.get("responseKind") or {}).get("kind") or ""
-                    singular = r.get("singularResource") or ""
-                    names = {r["resource"], singular, kind.lower(), *r.get("shortNames", ())}
-                    found.append(
-                        ApiResource(
-                            name,
-                            version["version"],
-                            r["resource"],
-                            kind,
-                            r.get("scope") == "Namespaced",
-                            frozenset(n for n in names if n),
-                            i == 0,
-                        )
-                    )
-    return found
-
-
-def resolve(resources: Sequence[ApiResource], typed: str) -> ApiResource | None:
+def resolve(resources: Iterable[ServedKind], typed: str) -> ServedKind | None:
     """The one resource ``typed`` names, as kubectl reads it; None when unknown or ambiguous."""
     word, _, qualifier = typed.lower().partition(".")
     named = [r for r in resources if word in r.names]
@@ -157,34 +115,36 @@ class InProcessGet:
         self.kubeconfig = kubeconfig
         self._lock = threading.Lock()
         self._api: Any = None
-        self._resources: list[ApiResource] = []
-        self._refreshed = float("-inf")
+        self._discovery: Discovery | None = None
 
     def answer(
         self, args: Sequence[str], timeout: float, check: bool
     ) -> subprocess.CompletedProcess[str] | None:
         """kubectl's result for ``args``, or None: not served here (run kubectl)."""
         query = parse(args)
-        if query is None or self._client() is None:
+        api = self._client() if query is not None else None
+        if query is None or api is None:
             return None
-        resource = self._resource(query.resource, timeout)
+        cmd = ["kubectl", *args]
+        resource = self._resource(query.resource, timeout, cmd)
         if resource is None or (query.name is not None and query.all_namespaces):
             return None
         if resource.namespaced and query.namespace is None and not query.all_namespaces:
             return None  # the kubeconfig context's namespace: kubectl knows it
         namespace = None if query.all_namespaces else query.namespace
         params = [(k, v) for k, v in (("labelSelector", query.labels), ("fieldSelector", query.fields)) if v]
-        cmd = ["kubectl", *args]
-        path = resource.path(namespace, query.name)
-        status, data = self._get(path, params, "application/json", timeout, cmd)
-        if status != 200:
-            if status == 404 and query.name is None:
-                return None  # a resource gone since discovery: kubectl's own words
-            result = subprocess.CompletedProcess(cmd, 1, "", f"Error from server {_said(data)}\n")
+        path, accept = resource.path(namespace, query.name), {"Accept": "application/json"}
+        try:
+            body = _timed(cmd, timeout, request_json, api, "GET", path, params, accept, timeout)
+        except ApiException as exc:
+            if not exc.status or (exc.status == 404 and query.name is None):
+                return None  # no answer, or a resource gone since discovery: kubectl's own words
+            result = subprocess.CompletedProcess(cmd, 1, "", f"Error from server {_said(exc.body)}\n")
             if check:
-                raise subprocess.CalledProcessError(1, cmd, result.stdout, result.stderr)
+                raise subprocess.CalledProcessError(1, cmd, result.stdout, result.stderr) from None
             return result
-        body = json.loads(data)
+        except urllib3.exceptions.HTTPError:
+            return None  # the server unreachable: kubectl's words and exit status
         if query.name is None:
             typed = {"apiVersion": resource.api_version, "kind": resource.kind}
             items = [_shown({**typed, **i}) for i in body.get("items") or ()]
@@ -203,39 +163,28 @@ class InProcessGet:
                 except Exception:  # the loader's errors are many (files, YAML, contexts)
                     return None
                 self._api.user_agent = USER_AGENT
+                self._discovery = Discovery(self._api, max_age=MAX_AGE)
             return self._api
 
-    def _get(
-        self, path: str, params: list[tuple[str, str]], accept: str, timeout: float, cmd: list[str]
-    ) -> tuple[int, bytes]:
-        api = self._client()
-        method, url, headers, _, _ = api.param_serialize(
-            "GET", path, query_params=params, header_params={"Accept": accept}, auth_settings=["BearerToken"]
-        )
-        try:
-            response = api.call_api(method, url, header_params=headers, _request_timeout=timeout)
-            response.read()
-        except urllib3.exceptions.TimeoutError:
-            raise subprocess.TimeoutExpired(cmd, timeout) from None
-        except urllib3.exceptions.HTTPError as exc:
-            return 0, json.dumps({"reason": "Unreachable", "message": str(exc)}).encode()
-        return int(response.status), bytes(response.data)
-
-    def _resource(self, typed: str, timeout: float) -> ApiResource | None:
+    def _resource(self, typed: str, timeout: float, cmd: list[str]) -> ServedKind | None:
+        """What ``typed`` names, from discovery (asked again for a name it lacks: a CRD made since);
+        None when unknown, ambiguous or discovery failed."""
+        assert self._discovery is not None  # made with the client
+        discovery = self._discovery
         with self._lock:
-            known, age = self._resources, time.monotonic() - self._refreshed
-        found = resolve(known, typed) if age < MAX_AGE else None
-        if found is None and age > REFRESH_GAP:  # a CRD made since, or a version added
-            docs = []
-            for path in ("/api", "/apis"):
-                status, data = self._get(path, [], DISCOVERY, timeout, ["kubectl", "api-resources"])
-                if status != 200:
-                    return None
-                docs.append(json.loads(data))
-            with self._lock:
-                self._resources, self._refreshed = resources_of(docs), time.monotonic()
-            found = resolve(self._resources, typed)
-        return found
+            discovery.timeout = timeout
+            try:
+                return _timed(cmd, timeout, discovery.lookup, lambda kinds: resolve(kinds, typed))
+            except (ApiException, urllib3.exceptions.HTTPError, ValueError):
+                return None
+
+
+def _timed(cmd: list[str], timeout: float, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, its request timing out as ``subprocess.run`` does."""
+    try:
+        return call(*args)
+    except urllib3.exceptions.TimeoutError:
+        raise subprocess.TimeoutExpired(cmd, timeout) from None
 
 
 def _shown(obj: dict[str, Any]) -> dict[str, Any]:
@@ -244,10 +193,10 @@ def _shown(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def _said(data: bytes) -> str:
+def _said(body: str | None) -> str:
     """kubectl's words for a failed request: ``(Reason): message``."""
     try:
-        status = json.loads(data)
+        status = json.loads(body or "")
     except ValueError:
-        return f"(Unknown): {data[:300]!r}"
+        return f"(Unknown): {(body or '')[:300]!r}"
     return f"({status.get('reason') or 'Unknown'}): {status.get('message') or ''}"

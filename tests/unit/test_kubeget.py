@@ -1,4 +1,5 @@
-"""The in-process ``kubectl get -o json``: which forms it serves, and which resource a name means."""
+"""The in-process ``kubectl get -o json``: which forms it serves, and which resource a name means
+(over the kinds ``adapters.discovery`` reads from aggregated discovery)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from helm_operator.dev.kubeget import InProcessGet, Query, parse, resolve, resources_of
+from helm_operator.adapters.discovery import served
+from helm_operator.dev.kubeget import InProcessGet, Query, parse, resolve
 
 
 def test_the_plain_forms_are_parsed() -> None:
@@ -56,7 +58,7 @@ def _res(
     }
 
 
-DISCOVERED = resources_of(
+DISCOVERED = served(
     [
         {
             "items": [
@@ -108,6 +110,13 @@ def test_a_name_means_the_resource_kubectl_would_pick(typed: str, group: str, ve
 def test_an_unknown_or_ambiguous_name_is_left_to_kubectl(typed: str) -> None:
     # Two groups serve greetings and neither is core: kubectl's own priorities decide.
     assert resolve(DISCOVERED, typed) is None
+
+
+def test_discovery_gives_each_kind_its_names_and_marks_the_preferred_version() -> None:
+    greetings = [k for k in DISCOVERED if k.group == "example.com"]
+    assert [(k.version, k.preferred) for k in greetings] == [("v2", True), ("v1", False)]
+    assert greetings[0].names == {"greetings", "greeting", "gr"}
+    assert greetings[0].verbs == frozenset()  # none listed: none assumed
 
 
 def test_paths_of_namespaced_and_cluster_scoped_resources() -> None:
