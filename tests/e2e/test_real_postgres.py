@@ -9,6 +9,7 @@ import datetime as dt
 import itertools
 import json
 import re
+import subprocess
 import time
 from typing import Any
 
@@ -54,15 +55,29 @@ def real_pg(name: str, **spec: Any) -> dict[str, Any]:
     )
 
 
+# kubectl's own words when its stream to the kubelet failed (the API server or the node's kubelet
+# slow under load): the query never reached the instance. Not a container gone or a server that
+# refused: those are the instance's answer and fail the query.
+EXEC_TRANSPORT = ("error dialing backend", "i/o timeout", "TLS handshake timeout", "connection reset by peer",
+                  "unexpected EOF", "http2: ")  # fmt: skip
+
+
 def sql(res: Resources, pod: str, query: str, timeout: float = 60, check: bool = True) -> str:
     """One query in an instance, over its local socket, as the superuser; the unaligned result
-    (``check=False``: "" while the instance does not answer, e.g. restarting)."""
-    out = res.cluster.kubectl(
-        "exec", "-n", res.ns, pod, "-c", "postgres", "--",
-        "psql", "-h", "/var/run/postgresql", "-U", "postgres", "-d", "app", "-v", "ON_ERROR_STOP=1",
-        "-tAc", query,
-        timeout=within(timeout), check=check,
-    )  # fmt: skip
+    (``check=False``: "" while the instance does not answer, e.g. restarting). With ``check``, a
+    query whose exec stream failed (``EXEC_TRANSPORT``) is sent again once, and any other failure
+    raises with what psql or kubectl said."""
+    argv = ("exec", "-n", res.ns, pod, "-c", "postgres", "--",
+            "psql", "-h", "/var/run/postgresql", "-U", "postgres", "-d", "app", "-v", "ON_ERROR_STOP=1",
+            "-tAc", query)  # fmt: skip
+    out = res.cluster.kubectl(*argv, timeout=within(timeout), check=False)
+    if check and out.returncode != 0 and any(w in out.stderr for w in EXEC_TRANSPORT):
+        print(
+            f"kubectl exec in {pod} failed on its way ({out.stderr.strip()[-200:]}): sending the query again"
+        )
+        out = res.cluster.kubectl(*argv, timeout=within(timeout), check=False)
+    if check and out.returncode != 0:
+        raise subprocess.CalledProcessError(out.returncode, out.args, out.stdout, out.stderr)
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
