@@ -136,8 +136,12 @@ class Discovery:
         def names(kinds: Collection[ServedKind]) -> frozenset[str]:
             return frozenset(f"{k.plural}.{k.group}" for k in kinds if k.group)
 
-        every = self.lookup(lambda kinds: n if all(w in (n := names(kinds)) for w in wanted) else None)
-        return every if every is not None else names(self._kinds.values())
+        def every(kinds: Collection[ServedKind]) -> frozenset[str] | None:
+            found = names(kinds)
+            return found if all(w in found for w in wanted) else None
+
+        found = self.lookup(every)
+        return found if found is not None else names(self._kinds.values())
 
     def deletable(self) -> list[ServedKind]:
         """One served version (the preferred: listed first) of every kind that can be listed and

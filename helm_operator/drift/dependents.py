@@ -27,7 +27,8 @@ from helm_operator.adapters.metrics import DEPENDENT_CACHE, DEPENDENT_CHANGES
 from helm_operator.config import sharding
 from helm_operator.config.sharding import Shard
 from helm_operator.core.naming import HELM_FIELD_MANAGER, OWNER_LABEL
-from helm_operator.release.health import WORKLOAD_KINDS, why_unready
+from helm_operator.release.health import WORKLOAD_KINDS, Health, why_unready
+from helm_operator.release.record import ObjectId
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class Seen(NamedTuple):
     ready: bool
     owner: str | None
     writes: frozenset[tuple[str, str, str, str]]  # (manager, operation, subresource, time)
+    why: str | None = None  # a workload's ``why_unready`` (None: ready, or not a workload)
 
 
 def signature(obj: Mapping[str, Any]) -> str:
@@ -91,12 +93,8 @@ def writes(obj: Mapping[str, Any]) -> frozenset[tuple[str, str, str, str]]:
 
 def seen(obj: Mapping[str, Any]) -> Seen:
     meta = obj.get("metadata") or {}
-    return Seen(
-        signature(obj),
-        obj.get("kind") not in WORKLOAD_KINDS or why_unready(obj) is None,
-        (meta.get("labels") or {}).get(OWNER_LABEL),
-        writes(obj),
-    )
+    why = why_unready(obj) if obj.get("kind") in WORKLOAD_KINDS else None
+    return Seen(signature(obj), why is None, (meta.get("labels") or {}).get(OWNER_LABEL), writes(obj), why)
 
 
 def classify(before: Seen | None, after: Seen, ours: frozenset[str]) -> tuple[Change, ...]:
@@ -370,6 +368,24 @@ class DependentWatches:
             kinds = self._uses.get(owner)
             watches = [self._watches.get(k) for k in kinds or ()]
         return bool(watches) and all(w is not None and w.live for w in watches)
+
+    def health(self, workloads: Iterable[ObjectId], namespace: str) -> Health | None:
+        """The workloads' health as their watches last saw them (``namespace``: of those the
+        manifest leaves it to the release), or None when a watch is not live or lacks one of them:
+        then only a read can tell. A readiness change is reported by the watch that has just
+        cached it, so what it reports needs no read of its own."""
+        unready = []
+        with self._lock:
+            for ref in workloads:
+                watch = self._watches.get((ref.api_version, ref.kind))
+                entry = (
+                    watch.cache.get((ref.namespace or namespace, ref.name)) if watch and watch.live else None
+                )
+                if not isinstance(entry, Seen):
+                    return None
+                if entry.why is not None:
+                    unready.append(f"{ref.kind}/{ref.name}: {entry.why}")
+        return Health(tuple(sorted(unready)))
 
     def stats(self) -> dict[str, Any]:
         """Per-kind cache sizes and the selector used: what tests and metrics read."""

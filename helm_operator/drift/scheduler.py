@@ -43,6 +43,7 @@ from helm_operator.drift.check import (
 from helm_operator.drift.dependents import Change, DependentWatches
 from helm_operator.drift.diff import ObjectDrift
 from helm_operator.release.conflicts import FieldConflict
+from helm_operator.release.health import WORKLOAD_KINDS
 from helm_operator.release.identity import ReleaseId, identify
 from helm_operator.release.record import StoredRelease
 from helm_operator.release.state import Action, plan_drift
@@ -117,14 +118,20 @@ class DriftChecker:
         annotations: Mapping[str, str],
         applied: StoredRelease | None = None,
     ) -> DriftReport | None:
-        """Only the workloads' readiness, read again (a workload became ready or stopped being
-        so, or Helm just applied ``applied``): what the last comparison found still holds."""
+        """Only the workloads' readiness (a workload became ready or stopped being so, or Helm
+        just applied ``applied``): what the last comparison found still holds. A change the
+        dependent watches reported is read from what they cached; right after Helm applied,
+        the workloads are read (a watch may not have seen Helm's write yet)."""
         release = await self._deployed(watch, ident, applied)
         if release is None:
             return None
-        return DriftReport(
-            mode_of(annotations, watch), health=await workload_health(self.kube, release), compared=False
-        )
+        health = None
+        if applied is None and self.dependents is not None and watch.watch_dependent_resources:
+            workloads = [ref for ref in manifest_ids(release) if ref.kind in WORKLOAD_KINDS]
+            health = self.dependents.health(workloads, release.namespace)
+        if health is None:
+            health = await workload_health(self.kube, release)
+        return DriftReport(mode_of(annotations, watch), health=health, compared=False)
 
     async def _deployed(
         self, watch: Watch, ident: ReleaseId, applied: StoredRelease | None

@@ -12,6 +12,8 @@ from helm_operator.drift.dependents import (
     seen,
     signature,
 )
+from helm_operator.release.health import Health, assess
+from helm_operator.release.record import ObjectId
 
 OURS = frozenset({"helm"})
 
@@ -173,3 +175,27 @@ def test_a_kinds_watch_runs_while_some_release_uses_it(monkeypatch: Any) -> None
     assert started.count("Deployment") == 2
     deps.use("c", [deploy, svc])  # its only user adds a kind: the Deployments' watch keeps running
     assert started.count("Deployment") == 2 and stopped.count("Deployment") == 1
+
+
+def test_a_readiness_change_is_reported_from_what_the_watch_cached(monkeypatch: Any) -> None:
+    """What the watch saw is what a read would find (``assess``'s words), while it is live and holds
+    every workload; otherwise only a read can tell (None)."""
+    monkeypatch.setattr(KindWatch, "start", lambda self: None)
+    deps = DependentWatches(kube=None, notify=lambda o, c: None)  # type: ignore[arg-type]
+    deps.use("o", [("apps/v1", "Deployment")])
+    web = ObjectId("apps/v1", "Deployment", None, "web")
+    watch = deps._watches[("apps/v1", "Deployment")]
+    watch._handle("ADDED", _deployment(1, 0, []))
+    assert deps.health([web], "ns") is None  # not listed and connected yet
+    watch.live = True
+    unready = _deployment(1, 0, [])
+    assert (
+        deps.health([web], "ns")
+        == assess([unready])
+        == Health(("Deployment/web: 0/1 replicas available, 0 updated",))
+    )
+    watch._handle("MODIFIED", _deployment(1, 1, []))
+    assert deps.health([web], "ns") == assess([_deployment(1, 1, [])]) == Health()
+    assert deps.health([web, ObjectId("apps/v1", "Deployment", "ns", "api")], "ns") is None  # not seen
+    assert deps.health([ObjectId("apps/v1", "StatefulSet", None, "db")], "ns") is None  # not watched
+    assert deps.health([], "ns") == Health()
