@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench import merge, report, runtime_env, stats, workload
+from bench import helm_calls, merge, report, runtime_env, stats, workload
 from bench.contenders import reconciled_releases
 from bench.measure import (
     ProcStat,
@@ -611,3 +611,31 @@ def test_shard_tables_give_a_run_s_cells_once_and_each_instance_its_share() -> N
     assert rows[2] == "| | | | | | s1 | 16 | 106.0 | 121.0 | 3.5 | 48 |"
     # 42/90 and 48/90 of one instance's cache, 3 objects per resource served either way.
     assert "cached objects 0.47 to 0.53 of one instance's" in text and "3.00 to 3.00 per resource" in text
+
+
+def test_helm_calls_summary_gives_medians_and_the_difference_to_plain_helm_per_call() -> None:
+    tally = helm_calls.Tally()
+    for cpu in (0.100, 0.300, 0.200):
+        tally.add(helm_calls.LEAN, 1, helm_calls.Sample(cpu))
+    for cpu, caller in ((0.250, 0.010), (0.210, 0.030), (0.230, 0.020)):
+        tally.add(helm_calls.OURS, 1, helm_calls.Sample(cpu, caller))
+    tally.add(helm_calls.LEAN, 2, helm_calls.Sample(0.400))
+    tally.add(helm_calls.BARE, 2, helm_calls.Sample(0.500, 0.005))
+
+    rows = helm_calls.summary(tally)
+
+    assert [(r["wave"], r["shape"]) for r in rows] == [
+        ("install", "helm-lean"),
+        ("install", "ours"),
+        ("upgrade", "helm-lean"),
+        ("upgrade", "ours, no post-renderer"),
+    ]
+    lean, ours = rows[0], rows[1]
+    assert lean["helm_ms"] == pytest.approx(200.0) and lean["caller_ms"] is None
+    assert ours["n"] == 3 and ours["helm_ms"] == pytest.approx(230.0)
+    assert ours["extra_ms"] == pytest.approx(30.0) and ours["ratio"] == pytest.approx(1.15)
+    assert ours["caller_ms"] == pytest.approx(20.0)
+    assert rows[3]["ratio"] == pytest.approx(1.25)
+    text = helm_calls.report(rows, "2 cores", "v4.3.1", 3)
+    assert "| install | ours | 3 | 230.0 | +30.0 | 1.15x | 20.0 |" in text
+    assert "| install | helm-lean | 3 | 200.0 | +0.0 | 1.00x | — |" in text
