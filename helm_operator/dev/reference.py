@@ -164,13 +164,20 @@ def _commands(
 
 
 def _option(action: argparse.Action) -> tuple[str, str, str]:
-    """An argument's spelling, what it does (its help, else its choices) and its default. A default
-    that is an absolute path is the machine's (a home folder), not the command's: left out."""
+    """An argument's spelling, what it does (its help, else its choices) and its default. A
+    ``--x/--no-x`` switch's default is the spelling in effect; a default under the home folder is
+    written from ``~``; any other absolute path is the machine's, not the command's: left out."""
     spelling = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.metavar or action.dest}`"
     said = action.help or ""
     if action.choices and not said:
         said = "one of " + ", ".join(f"`{c}`" for c in action.choices)
     default = action.default
+    if isinstance(action, argparse.BooleanOptionalAction) and isinstance(default, bool):
+        on, off = action.option_strings[0], action.option_strings[-1]
+        return spelling, said, f"`{on if default else off}`"
+    home = str(Path.home())
+    if isinstance(default, str | Path) and str(default).startswith(home + "/"):
+        default = "~" + str(default)[len(home) :]
     if (
         not isinstance(default, str | int | float)
         or isinstance(default, bool)

@@ -3,6 +3,7 @@ link in README.md and docs/ leads to a file, and a heading, that exists."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -82,3 +83,18 @@ def test_every_command_line_argument_says_what_it_does() -> None:
     rows = [line for line in reference.cli().splitlines() if line.startswith("| `")]
     empty = [row for row in rows if row.split("|")[2].strip() == ""]
     assert rows and empty == []
+
+
+def test_a_switch_shows_the_spelling_in_effect_and_a_home_path_is_written_from_the_tilde() -> None:
+    parser = argparse.ArgumentParser()
+    on = parser.add_argument("--real-node", action=argparse.BooleanOptionalAction, default=True, help="h")
+    off = parser.add_argument("--keep", action=argparse.BooleanOptionalAction, default=False, help="h")
+    cache = parser.add_argument("--cache", default=str(Path.home() / ".cache/x"), help="h")
+    machine = parser.add_argument("--socket", default="/run/x.sock", help="h")
+    flag = parser.add_argument("--quick", action="store_true", help="h")
+
+    assert reference._option(on)[2] == "`--real-node`"
+    assert reference._option(off)[2] == "`--no-keep`"
+    assert reference._option(cache)[2] == "`~/.cache/x`"
+    assert reference._option(machine)[2] == ""
+    assert reference._option(flag)[2] == ""
